@@ -1,0 +1,1 @@
+//! Rust client for Ticketing (work in progress).

@@ -1,0 +1,19 @@
+//! # ticketing-proto
+//!
+//! The sans-IO core of Ticketing: no sockets, no threads, no clock reads —
+//! time and randomness are inputs.
+//!
+//! ```
+//! use ticketing_proto::frame::{decode_client, ClientFrame, RequestId};
+//! let (frame, used) = decode_client(b"P 7\n").unwrap().unwrap();
+//! assert_eq!(frame, ClientFrame::Ping { id: RequestId(7) });
+//! assert_eq!(used, 4);
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod auth;
+pub mod frame;
+pub mod params;
+
+pub use frame::{Addr, ClientFrame, ErrorCode, FrameError, Hex32, Key, Owner, RequestId, Role, ServerFrame, Token};

@@ -1,0 +1,1 @@
+//! Ticketing server (work in progress).
