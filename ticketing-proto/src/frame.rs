@@ -1020,3 +1020,42 @@ mod tests {
         }
     }
 }
+
+#[cfg(feature = "serde")]
+mod serde_impls {
+    //! Text fields serialize as strings and are validated again on the way in;
+    //! tokens as numbers.
+    use super::{Addr, Key, Owner, Token};
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    macro_rules! text_serde {
+        ($name:ident) => {
+            impl Serialize for $name {
+                fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                    s.serialize_str(self.as_str())
+                }
+            }
+            impl<'de> Deserialize<'de> for $name {
+                fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                    let text = String::deserialize(d)?;
+                    $name::new(text).map_err(D::Error::custom)
+                }
+            }
+        };
+    }
+    text_serde!(Key);
+    text_serde!(Owner);
+    text_serde!(Addr);
+
+    impl Serialize for Token {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_u64(self.0)
+        }
+    }
+    impl<'de> Deserialize<'de> for Token {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            Token::new(u64::deserialize(d)?).map_err(D::Error::custom)
+        }
+    }
+}

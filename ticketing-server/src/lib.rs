@@ -1,1 +1,7 @@
-//! Ticketing server (work in progress).
+//! # ticketing-server
+//!
+//! The Ticketing server: a FIFO lock service with fencing tokens.
+#![forbid(unsafe_code)]
+
+pub mod locks;
+pub mod replication;

@@ -1,0 +1,277 @@
+//! THE lock state machine (SPEC §4–5): the only place where a grant, a
+//! release or an expiry takes effect.
+//!
+//! [`LockState::apply`] is pure and deterministic: it reads no clock (the
+//! proposing leader's wall-clock microseconds travel inside the command) and
+//! gives the same [`Outcome`] on every node for the same sequence of
+//! commands. Standalone mode applies commands directly; cluster mode applies
+//! the same commands after Raft commits them. Waiters, wait timers and lease
+//! timers are leader-local and live in `manager`; only holders and the token
+//! counter are replicated.
+
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use ticketing_proto::{Key, Owner, Token};
+
+/// Who a key is handed to in the same command that frees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NextHolder {
+    /// The waiter's owner.
+    pub owner: Owner,
+    /// The waiter's lease, whole seconds.
+    pub lease_s: u8,
+}
+
+/// A replicated command. Every variant carries the proposing leader's wall
+/// clock (`micros` since the Unix epoch) for the token rule of SPEC §5.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    /// Grant a free key.
+    Grant {
+        /// The key.
+        key: Key,
+        /// The new holder.
+        owner: Owner,
+        /// Lease, whole seconds.
+        lease_s: u8,
+        /// Proposer's wall clock, µs since the epoch.
+        micros: u64,
+    },
+    /// Release the exact grant `(owner, token)` and hand over to `next`.
+    Release {
+        /// The key.
+        key: Key,
+        /// Holder's owner.
+        owner: Owner,
+        /// Holder's token.
+        token: Token,
+        /// Queue head to hand the key to, in this same command.
+        next: Option<NextHolder>,
+        /// Proposer's wall clock, µs since the epoch.
+        micros: u64,
+    },
+    /// The lease of the exact grant `(owner, token)` ended; hand over to `next`.
+    Expire {
+        /// The key.
+        key: Key,
+        /// Holder's owner.
+        owner: Owner,
+        /// Holder's token.
+        token: Token,
+        /// Queue head to hand the key to, in this same command.
+        next: Option<NextHolder>,
+        /// Proposer's wall clock, µs since the epoch.
+        micros: u64,
+    },
+}
+
+impl Command {
+    /// The key the command is about.
+    pub fn key(&self) -> &Key {
+        match self {
+            Command::Grant { key, .. } | Command::Release { key, .. } | Command::Expire { key, .. } => key,
+        }
+    }
+}
+
+/// What applying a command did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// `Grant` took effect with this token.
+    Granted(Token),
+    /// `Grant` found the key held: nothing changed.
+    AlreadyHeld,
+    /// `Release` matched and took effect; `handed_over` is the next holder's
+    /// token if the command named one.
+    Released {
+        /// Token of the next holder, if any.
+        handed_over: Option<Token>,
+    },
+    /// `Expire` matched and took effect.
+    Expired {
+        /// Token of the next holder, if any.
+        handed_over: Option<Token>,
+    },
+    /// `Release`/`Expire` did not match the current holder: nothing changed.
+    NotHolder,
+}
+
+/// The holder of a key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    /// Owner of the grant.
+    pub owner: Owner,
+    /// Token of the grant.
+    pub token: Token,
+    /// Lease of the grant, whole seconds (a new leader restarts it at full length).
+    pub lease_s: u8,
+}
+
+/// The replicated lock state: holders and the domain's token counter.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockState {
+    last_token: u64,
+    held: HashMap<Key, Holder>,
+}
+
+/// The largest token value (tokens are `< 2^63`).
+const TOKEN_MAX: u64 = (1 << 63) - 1;
+
+impl LockState {
+    /// An empty state (no holders, no token issued yet).
+    pub fn new() -> LockState {
+        LockState::default()
+    }
+
+    /// The last token issued (0 before the first grant).
+    pub fn last_token(&self) -> u64 {
+        self.last_token
+    }
+
+    /// The current holder of `key`.
+    pub fn holder(&self, key: &Key) -> Option<&Holder> {
+        self.held.get(key)
+    }
+
+    /// Number of held keys.
+    pub fn held_count(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Every holder (used when a node becomes leader and for snapshots).
+    pub fn holders(&self) -> impl Iterator<Item = (&Key, &Holder)> {
+        self.held.iter()
+    }
+
+    /// `max(last + 1, micros)`, kept below 2^63. At the (unreachable in
+    /// practice) top of the range the counter stays put rather than wrap, and
+    /// the grant is refused by the caller through `None`.
+    fn next_token(&mut self, micros: u64) -> Option<Token> {
+        let t = self.last_token.checked_add(1)?.max(micros.min(TOKEN_MAX));
+        let token = Token::new(t).ok()?;
+        self.last_token = t;
+        Some(token)
+    }
+
+    fn hand_over(&mut self, key: &Key, next: &Option<NextHolder>, micros: u64) -> Option<Token> {
+        let next = next.as_ref()?;
+        let token = self.next_token(micros)?;
+        self.held.insert(key.clone(), Holder { owner: next.owner.clone(), token, lease_s: next.lease_s });
+        Some(token)
+    }
+
+    /// Applies one command. Deterministic: depends only on the state and the command.
+    pub fn apply(&mut self, cmd: &Command) -> Outcome {
+        match cmd {
+            Command::Grant { key, owner, lease_s, micros } => {
+                if self.held.contains_key(key) {
+                    return Outcome::AlreadyHeld;
+                }
+                let Some(token) = self.next_token(*micros) else { return Outcome::AlreadyHeld };
+                self.held.insert(key.clone(), Holder { owner: owner.clone(), token, lease_s: *lease_s });
+                Outcome::Granted(token)
+            }
+            Command::Release { key, owner, token, next, micros }
+            | Command::Expire { key, owner, token, next, micros } => {
+                match self.held.get(key) {
+                    Some(h) if h.owner == *owner && h.token == *token => {}
+                    _ => return Outcome::NotHolder,
+                }
+                self.held.remove(key);
+                let handed_over = self.hand_over(key, next, *micros);
+                if matches!(cmd, Command::Release { .. }) {
+                    Outcome::Released { handed_over }
+                } else {
+                    Outcome::Expired { handed_over }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(s: &str) -> Key {
+        Key::new(s.to_owned()).unwrap()
+    }
+    fn o(s: &str) -> Owner {
+        Owner::new(s.to_owned()).unwrap()
+    }
+    fn grant(key: &str, owner: &str, micros: u64) -> Command {
+        Command::Grant { key: k(key), owner: o(owner), lease_s: 5, micros }
+    }
+
+    #[test]
+    fn token_is_max_of_last_plus_one_and_clock() {
+        let mut s = LockState::new();
+        assert_eq!(s.apply(&grant("a", "o1", 1000)), Outcome::Granted(Token::new(1000).unwrap()));
+        // clock went backwards: still strictly increasing
+        assert_eq!(s.apply(&grant("b", "o2", 10)), Outcome::Granted(Token::new(1001).unwrap()));
+        assert_eq!(s.apply(&grant("c", "o3", 5000)), Outcome::Granted(Token::new(5000).unwrap()));
+        assert_eq!(s.last_token(), 5000);
+    }
+
+    #[test]
+    fn grant_on_held_key_changes_nothing() {
+        let mut s = LockState::new();
+        s.apply(&grant("a", "o1", 1));
+        let before = s.clone();
+        assert_eq!(s.apply(&grant("a", "o2", 2)), Outcome::AlreadyHeld);
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn release_hands_over_in_the_same_command() {
+        let mut s = LockState::new();
+        let Outcome::Granted(t1) = s.apply(&grant("a", "o1", 1)) else { panic!() };
+        let next = Some(NextHolder { owner: o("o2"), lease_s: 9 });
+        let r = Command::Release { key: k("a"), owner: o("o1"), token: t1, next: next.clone(), micros: 1 };
+        let Outcome::Released { handed_over: Some(t2) } = s.apply(&r) else { panic!() };
+        assert!(t2 > t1);
+        assert_eq!(s.holder(&k("a")).unwrap(), &Holder { owner: o("o2"), token: t2, lease_s: 9 });
+        // the same release again does not match any more, and an expiry of the old grant neither
+        assert_eq!(s.apply(&r), Outcome::NotHolder);
+        let e = Command::Expire { key: k("a"), owner: o("o1"), token: t1, next: None, micros: 1 };
+        assert_eq!(s.apply(&e), Outcome::NotHolder);
+        assert_eq!(s.holder(&k("a")).unwrap().token, t2);
+    }
+
+    #[test]
+    fn release_needs_exact_owner_token_and_key() {
+        let mut s = LockState::new();
+        let Outcome::Granted(t) = s.apply(&grant("a", "o1", 1)) else { panic!() };
+        let other = Token::new(t.get() + 1).unwrap();
+        for cmd in [
+            Command::Release { key: k("a"), owner: o("o2"), token: t, next: None, micros: 0 },
+            Command::Release { key: k("a"), owner: o("o1"), token: other, next: None, micros: 0 },
+            Command::Release { key: k("b"), owner: o("o1"), token: t, next: None, micros: 0 },
+        ] {
+            assert_eq!(s.apply(&cmd), Outcome::NotHolder);
+        }
+        let e = Command::Expire { key: k("a"), owner: o("o1"), token: t, next: None, micros: 0 };
+        assert_eq!(s.apply(&e), Outcome::Expired { handed_over: None });
+        assert_eq!(s.held_count(), 0);
+    }
+
+    #[test]
+    fn token_never_reaches_2_pow_63() {
+        let mut s = LockState::new();
+        assert!(matches!(s.apply(&grant("a", "o", u64::MAX)), Outcome::Granted(t) if t.get() == TOKEN_MAX));
+        assert_eq!(s.apply(&grant("b", "o", u64::MAX)), Outcome::AlreadyHeld);
+        assert_eq!(s.last_token(), TOKEN_MAX);
+    }
+
+    #[test]
+    fn same_commands_same_state() {
+        let cmds = vec![grant("a", "x", 5), grant("b", "y", 3), grant("a", "z", 9)];
+        let (mut s1, mut s2) = (LockState::new(), LockState::new());
+        let o1: Vec<_> = cmds.iter().map(|c| s1.apply(c)).collect();
+        let o2: Vec<_> = cmds.iter().map(|c| s2.apply(c)).collect();
+        assert_eq!(o1, o2);
+        assert_eq!(s1, s2);
+        let snap = serde_json::to_string(&s1).unwrap();
+        assert_eq!(serde_json::from_str::<LockState>(&snap).unwrap(), s1);
+    }
+}
