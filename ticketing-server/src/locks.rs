@@ -265,7 +265,7 @@ mod tests {
 
     #[test]
     fn same_commands_same_state() {
-        let cmds = vec![grant("a", "x", 5), grant("b", "y", 3), grant("a", "z", 9)];
+        let cmds = [grant("a", "x", 5), grant("b", "y", 3), grant("a", "z", 9)];
         let (mut s1, mut s2) = (LockState::new(), LockState::new());
         let o1: Vec<_> = cmds.iter().map(|c| s1.apply(c)).collect();
         let o2: Vec<_> = cmds.iter().map(|c| s2.apply(c)).collect();
