@@ -1,1 +1,446 @@
-//! Rust client for Ticketing (work in progress).
+//! # ticketing-client
+//!
+//! The Rust client of Ticketing, a distributed FIFO lock service with
+//! fencing tokens. It is a tokio driver of the sans-IO core in
+//! `ticketing-proto`, where every client rule of SPEC §6 lives; the Ruby,
+//! Python and Node bindings wrap this crate.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use ticketing_client::{TicketBroker, Tls};
+//!
+//! # async fn demo() -> ticketing_client::Result<()> {
+//! let broker = TicketBroker::builder(["127.0.0.1:5225"]).token("123").tls(Tls::Off).build()?;
+//! broker.wait_ready(Duration::from_secs(5)).await;
+//! // wait up to 5 s in the queue, lease 30 s, need at least 2 s of work time
+//! if let Some(ticket) = broker
+//!     .acquire("seat-17", Duration::from_secs(5), Duration::from_secs(30), Duration::from_secs(2))
+//!     .await?
+//! {
+//!     // In ONE database transaction with the business write:
+//!     //   UPDATE fence SET high_water = :token WHERE key = :key AND high_water < :token
+//!     let _token = ticket.token();
+//!     ticket.release().await?;
+//! }
+//! broker.close().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Behaviour in one paragraph: one persistent connection per configured
+//! address (two when there is only one), leader first, requests pipelined and
+//! matched by id; an acquire whose bytes may have been written and that got
+//! no definite answer fails with [`Error::Indeterminate`] and is never
+//! resent; a grant becomes a [`Ticket`] only if its conservative remaining
+//! time covers the work budget; releases go through a bounded lane with an
+//! absolute 5 s deadline. Dropping an acquire future cancels it; dropping a
+//! ticket releases it best-effort. See `docs/client.md` for the details.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod driver;
+mod error;
+mod runtime;
+mod tls;
+
+pub use error::{Error, Result};
+pub use runtime::runtime;
+pub use ticketing_proto::params::ParamError;
+pub use tls::Tls;
+
+use driver::Cmd;
+use rustls::ClientConfig;
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use ticketing_proto::broker::{Broker, BrokerConfig, Grant};
+use ticketing_proto::lane::Purpose;
+use ticketing_proto::params;
+use tokio::sync::{mpsc, oneshot};
+
+/// Far enough in the future for "no deadline" without overflowing `Instant`.
+fn later(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d).unwrap_or_else(|| now + Duration::from_secs(365 * 24 * 3600))
+}
+
+/// The command channel to the driver of the current process.
+struct Link {
+    pid: u32,
+    tx: Option<mpsc::UnboundedSender<Cmd>>,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        if self.pid != std::process::id() {
+            // The parent's channel after a fork: never touch it here.
+            if let Some(tx) = self.tx.take() {
+                std::mem::forget(tx);
+            }
+        }
+    }
+}
+
+struct Shared {
+    config: BrokerConfig,
+    tls: Option<Arc<ClientConfig>>,
+    link: Mutex<Link>,
+    closed: AtomicBool,
+    next_cid: AtomicU64,
+}
+
+impl Shared {
+    fn spawn_driver(config: &BrokerConfig, tls: &Option<Arc<ClientConfig>>) -> Result<mpsc::UnboundedSender<Cmd>> {
+        let broker = Broker::new(Instant::now(), config.clone(), Box::new(rand_core::OsRng))
+            .map_err(|e| Error::InvalidArgument(e.0))?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        runtime().spawn(driver::run(broker, tls.clone(), rx));
+        Ok(tx)
+    }
+
+    /// The driver's channel; in a forked child, a fresh driver (new runtime,
+    /// new connections) is started on first use.
+    fn sender(&self) -> Result<mpsc::UnboundedSender<Cmd>> {
+        let pid = std::process::id();
+        let mut link = self.link.lock().unwrap_or_else(|p| p.into_inner());
+        if link.pid != pid {
+            let fresh = Self::spawn_driver(&self.config, &self.tls)?;
+            if let Some(old) = link.tx.replace(fresh) {
+                std::mem::forget(old);
+            }
+            link.pid = pid;
+        }
+        link.tx.clone().ok_or(Error::Closed)
+    }
+
+    /// The driver's channel if it belongs to this process (never starts one).
+    fn sender_here(&self) -> Option<mpsc::UnboundedSender<Cmd>> {
+        let link = self.link.lock().unwrap_or_else(|p| p.into_inner());
+        if link.pid == std::process::id() {
+            link.tx.clone()
+        } else {
+            None
+        }
+    }
+
+    fn send(&self, cmd: Cmd) -> Result<()> {
+        self.sender()?.send(cmd).map_err(|_| Error::Closed)
+    }
+}
+
+/// A connection pool to a Ticketing server or cluster. Cheap to clone; all
+/// clones share one driver task. Create one at application start and share it.
+#[derive(Clone)]
+pub struct TicketBroker {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for TicketBroker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TicketBroker")
+            .field("addrs", &self.shared.config.addrs)
+            .field("tls", &self.shared.tls.is_some())
+            .field("closed", &self.shared.closed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// Options of a [`TicketBroker`].
+#[derive(Debug, Clone)]
+pub struct Builder {
+    addrs: Vec<String>,
+    token: Vec<u8>,
+    tls: Tls,
+}
+
+impl Builder {
+    /// The shared client token (default: none, i.e. the empty token). It never crosses the network.
+    pub fn token(mut self, token: impl Into<String>) -> Builder {
+        self.token = token.into().into_bytes();
+        self
+    }
+
+    /// TLS mode (default [`Tls::Off`]).
+    pub fn tls(mut self, tls: Tls) -> Builder {
+        self.tls = tls;
+        self
+    }
+
+    /// Validates the options and starts the driver on the process-wide
+    /// runtime (connections start at once; this does not wait for them).
+    /// Works from inside or outside any tokio runtime.
+    pub fn build(self) -> Result<TicketBroker> {
+        let config = BrokerConfig::new(self.addrs, self.token);
+        config.validate().map_err(|e| Error::InvalidArgument(e.0))?;
+        let tls = tls::client_config(&self.tls)?;
+        if tls.is_some() {
+            for a in &config.addrs {
+                tls::server_name(a)?;
+            }
+        }
+        let tx = Shared::spawn_driver(&config, &tls)?;
+        let shared = Shared {
+            config,
+            tls,
+            link: Mutex::new(Link { pid: std::process::id(), tx: Some(tx) }),
+            closed: AtomicBool::new(false),
+            next_cid: AtomicU64::new(1),
+        };
+        Ok(TicketBroker { shared: Arc::new(shared) })
+    }
+}
+
+/// Cancels an acquire whose future is dropped (SPEC §6.3 step 7).
+struct CancelGuard {
+    shared: Arc<Shared>,
+    cid: u64,
+    rx: Option<oneshot::Receiver<std::result::Result<Option<Grant>, ticketing_proto::broker::Failure>>>,
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        let Some(mut rx) = self.rx.take() else { return };
+        rx.close();
+        let Some(tx) = self.shared.sender_here() else { return };
+        match rx.try_recv() {
+            // Granted, but the caller is gone: the lane releases it.
+            Ok(Ok(Some(grant))) => {
+                let _ = tx.send(Cmd::Abandon { grant, purpose: Purpose::Compensation });
+            }
+            Ok(_) => {}
+            Err(_) => {
+                let _ = tx.send(Cmd::Cancel { cid: self.cid });
+            }
+        }
+    }
+}
+
+impl TicketBroker {
+    /// A broker for one address (two connections to it). Does not wait for a
+    /// connection; see [`TicketBroker::wait_ready`].
+    pub async fn connect(addr: &str) -> Result<TicketBroker> {
+        TicketBroker::builder([addr]).build()
+    }
+
+    /// A builder for several addresses (`host:port`; also the leader-hint allowlist).
+    pub fn builder<I, S>(addrs: I) -> Builder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Builder { addrs: addrs.into_iter().map(Into::into).collect(), token: Vec::new(), tls: Tls::Off }
+    }
+
+    /// Waits until a request can be routed (a ready leader connection), at
+    /// most `timeout`. False on timeout or when closed.
+    pub async fn wait_ready(&self, timeout: Duration) -> bool {
+        if self.shared.closed.load(Ordering::SeqCst) {
+            return false;
+        }
+        let (reply, rx) = oneshot::channel();
+        let deadline = later(Instant::now(), timeout);
+        if self.shared.send(Cmd::WaitReady { deadline, reply }).is_err() {
+            return false;
+        }
+        rx.await.unwrap_or(false)
+    }
+
+    /// Acquires `key` (SPEC §6.3). `wait`: at most this long in the server's
+    /// queue (0 = one immediate attempt; also the budget for finding a
+    /// connection); `lease`: 1–250 s; `budget`: the least work time the
+    /// ticket must leave (0–lease). Fractions round up to whole seconds.
+    ///
+    /// `Ok(None)`: not granted within `wait` (`T`). Errors: [`Error::Busy`],
+    /// [`Error::Indeterminate`], [`Error::InsufficientTime`],
+    /// [`Error::Unavailable`], [`Error::AuthFailed`], [`Error::Closed`],
+    /// [`Error::InvalidArgument`]. Dropping the future cancels the acquire.
+    pub async fn acquire(
+        &self,
+        key: &str,
+        wait: Duration,
+        lease: Duration,
+        budget: Duration,
+    ) -> Result<Option<Ticket>> {
+        self.acquire_secs(key, wait.as_secs_f64(), lease.as_secs_f64(), budget.as_secs_f64()).await
+    }
+
+    /// [`TicketBroker::acquire`] with durations as `f64` seconds (for the
+    /// bindings): NaN, infinite, negative or out-of-range values are
+    /// [`Error::InvalidArgument`] and nothing is sent.
+    pub async fn acquire_secs(&self, key: &str, wait: f64, lease: f64, budget: f64) -> Result<Option<Ticket>> {
+        let params = params::acquire(key, wait, lease, budget)?;
+        if self.shared.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        let cid = self.shared.next_cid.fetch_add(1, Ordering::Relaxed);
+        let (reply, rx) = oneshot::channel();
+        self.shared.send(Cmd::Acquire { cid, params, reply })?;
+        let mut guard = CancelGuard { shared: self.shared.clone(), cid, rx: Some(rx) };
+        let result = match guard.rx.as_mut() {
+            Some(rx) => rx.await,
+            None => return Err(Error::Closed),
+        };
+        guard.rx = None;
+        match result {
+            Ok(Ok(Some(grant))) => Ok(Some(Ticket::new(self.shared.clone(), grant))),
+            Ok(Ok(None)) => Ok(None),
+            Ok(Err(f)) => Err(f.into()),
+            Err(_) => Err(Error::Closed),
+        }
+    }
+
+    /// Closes the broker: pending acquires fail with [`Error::Closed`], live
+    /// tickets are released best-effort (at most 5 s), then every connection
+    /// is dropped. Later calls fail with [`Error::Closed`].
+    pub async fn close(&self) {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        let (reply, rx) = oneshot::channel();
+        if self.shared.send(Cmd::Close { reply }).is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+/// A granted lock. Release it with [`Ticket::release`]; dropping an
+/// unreleased ticket releases it best-effort (result only logged).
+pub struct Ticket {
+    shared: Arc<Shared>,
+    grant: Grant,
+    pid: u32,
+    outcome: tokio::sync::Mutex<Option<bool>>,
+    settled: AtomicBool,
+}
+
+impl fmt::Debug for Ticket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ticket")
+            .field("key", &self.key())
+            .field("token", &self.token())
+            .field("remaining", &self.remaining())
+            .finish()
+    }
+}
+
+impl Ticket {
+    fn new(shared: Arc<Shared>, grant: Grant) -> Ticket {
+        Ticket {
+            shared,
+            grant,
+            pid: std::process::id(),
+            outcome: tokio::sync::Mutex::new(None),
+            settled: AtomicBool::new(false),
+        }
+    }
+
+    /// The fencing token: strictly increasing over all grants of the domain.
+    /// Fence every protected write with it, in the same transaction.
+    pub fn token(&self) -> u64 {
+        self.grant.token.get()
+    }
+
+    /// The key.
+    pub fn key(&self) -> &str {
+        self.grant.key.as_str()
+    }
+
+    /// Conservative time left (SPEC §6.3 step 4), 0 once expired.
+    pub fn remaining(&self) -> Duration {
+        self.grant.deadline.saturating_duration_since(Instant::now())
+    }
+
+    /// The conservative deadline: `t_send + waited_ms + lease × 0.999`.
+    pub fn deadline(&self) -> Instant {
+        self.grant.deadline
+    }
+
+    /// True once the conservative deadline has passed: work still running is
+    /// no longer protected by the lock, only by the database fence.
+    pub fn is_expired(&self) -> bool {
+        self.remaining().is_zero()
+    }
+
+    /// A future that completes at the conservative deadline. It runs on any
+    /// executor (the timer lives on the client's runtime).
+    pub fn expired(&self) -> impl Future<Output = ()> + Send + 'static {
+        let deadline = self.grant.deadline;
+        let (tx, rx) = oneshot::channel::<()>();
+        let mut tx = tx;
+        runtime().spawn(async move {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline.into()) => { let _ = tx.send(()); }
+                _ = tx.closed() => {}
+            }
+        });
+        async move {
+            let _ = rx.await;
+        }
+    }
+
+    /// Releases exactly this grant (SPEC §6.4): `Ok(true)` on `R`,
+    /// `Ok(false)` on `N` (expired, or released by an earlier attempt),
+    /// [`Error::ReleaseUnconfirmed`] without a final answer within 5 s (or a
+    /// full lane). Once a definite answer came, later calls return it again.
+    /// In a forked child the ticket belongs to the parent: [`Error::Closed`].
+    pub async fn release(&self) -> Result<bool> {
+        let mut outcome = self.outcome.lock().await;
+        if let Some(done) = *outcome {
+            return Ok(done);
+        }
+        if self.pid != std::process::id() {
+            return Err(Error::Closed);
+        }
+        let (reply, rx) = oneshot::channel();
+        self.shared.send(Cmd::Release { grant: self.grant.clone(), reply })?;
+        match rx.await {
+            Ok(Ok(released)) => {
+                *outcome = Some(released);
+                self.settled.store(true, Ordering::SeqCst);
+                Ok(released)
+            }
+            Ok(Err(f)) => Err(f.into()),
+            Err(_) => Err(Error::Closed),
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.settled.load(Ordering::SeqCst) || self.pid != std::process::id() {
+            return;
+        }
+        if let Some(tx) = self.shared.sender_here() {
+            let _ = tx.send(Cmd::Abandon { grant: self.grant.clone(), purpose: Purpose::BestEffort });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn public_types_are_send_and_sync() {
+        assert_send_sync::<TicketBroker>();
+        assert_send_sync::<Ticket>();
+        assert_send_sync::<Error>();
+    }
+
+    #[test]
+    fn bad_arguments_are_invalid_argument() {
+        assert_eq!(TicketBroker::builder(Vec::<String>::new()).build().unwrap_err().code(), "invalid_argument");
+        assert_eq!(TicketBroker::builder(["no-port"]).build().unwrap_err().code(), "invalid_argument");
+        let b = TicketBroker::builder(["127.0.0.1:1"]).build().unwrap();
+        let e = runtime().block_on(b.acquire_secs("k", f64::NAN, 1.0, 0.0)).unwrap_err();
+        assert_eq!(e.code(), "invalid_argument");
+        let e = runtime().block_on(b.acquire_secs("bad key", 0.0, 1.0, 0.0)).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)));
+        let e = runtime().block_on(b.acquire_secs("k", 0.0, 1.0, 2.0)).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)));
+        runtime().block_on(b.close());
+        assert_eq!(runtime().block_on(b.acquire_secs("k", 0.0, 1.0, 0.0)).unwrap_err(), Error::Closed);
+        assert!(!runtime().block_on(b.wait_ready(Duration::from_millis(10))));
+    }
+}

@@ -13,7 +13,12 @@
 #![deny(missing_docs)]
 
 pub mod auth;
+pub mod broker;
+pub mod deadline;
 pub mod frame;
+pub mod lane;
 pub mod params;
+pub mod session;
+pub mod timer;
 
 pub use frame::{Addr, ClientFrame, ErrorCode, FrameError, Hex32, Key, Owner, RequestId, Role, ServerFrame, Token};

@@ -1,0 +1,322 @@
+//! The driver task: owns the sockets and the `proto::Broker`, and is the only
+//! place that feeds it. Handles talk to it through a command channel; every
+//! connection has a small task that moves bytes between its socket and the
+//! driver.
+
+use crate::tls;
+use bytes::Bytes;
+use rustls::ClientConfig;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+use ticketing_proto::broker::{Broker, BrokerEvent, ConnId, Failure, Grant, OpId};
+use ticketing_proto::lane::Purpose;
+use ticketing_proto::params::AcquireParams;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tracing::{debug, warn};
+
+/// Where an acquire's result goes.
+pub(crate) type AcquireReply = oneshot::Sender<Result<Option<Grant>, Failure>>;
+
+/// A request from a handle.
+pub(crate) enum Cmd {
+    Acquire {
+        cid: u64,
+        params: AcquireParams,
+        reply: AcquireReply,
+    },
+    Cancel {
+        cid: u64,
+    },
+    Release {
+        grant: Grant,
+        reply: oneshot::Sender<Result<bool, Failure>>,
+    },
+    /// Best-effort release of a dropped ticket, or a grant nobody took.
+    Abandon {
+        grant: Grant,
+        purpose: Purpose,
+    },
+    WaitReady {
+        deadline: Instant,
+        reply: oneshot::Sender<bool>,
+    },
+    Close {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+enum Io {
+    Data(ConnId, Bytes),
+    Lost(ConnId),
+}
+
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+struct ConnHandle {
+    tx: mpsc::UnboundedSender<Bytes>,
+    task: JoinHandle<()>,
+}
+
+struct Driver {
+    broker: Broker,
+    tls: Option<Arc<ClientConfig>>,
+    io_tx: mpsc::UnboundedSender<Io>,
+    conns: HashMap<ConnId, ConnHandle>,
+    acquires: HashMap<OpId, (u64, AcquireReply)>,
+    by_cid: HashMap<u64, OpId>,
+    releases: HashMap<OpId, oneshot::Sender<Result<bool, Failure>>>,
+    ready_waiters: Vec<(Instant, oneshot::Sender<bool>)>,
+    close_waiters: Vec<oneshot::Sender<()>>,
+    finished: bool,
+}
+
+/// Runs one broker until it is closed (explicitly, or when every handle is gone).
+pub(crate) async fn run(broker: Broker, tls: Option<Arc<ClientConfig>>, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
+    let (io_tx, mut io_rx) = mpsc::unbounded_channel();
+    let mut d = Driver {
+        broker,
+        tls,
+        io_tx,
+        conns: HashMap::new(),
+        acquires: HashMap::new(),
+        by_cid: HashMap::new(),
+        releases: HashMap::new(),
+        ready_waiters: Vec::new(),
+        close_waiters: Vec::new(),
+        finished: false,
+    };
+    let mut cmds_open = true;
+    loop {
+        d.drain();
+        if d.finished {
+            break;
+        }
+        let wake = [d.broker.poll_timeout(), d.ready_waiters.iter().map(|(t, _)| *t).min()].into_iter().flatten().min();
+        let sleep = async move {
+            match wake {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            cmd = cmds.recv(), if cmds_open => match cmd {
+                Some(cmd) => d.on_cmd(cmd),
+                None => {
+                    // Every handle is gone: close (best-effort releases), then stop.
+                    cmds_open = false;
+                    d.broker.close(Instant::now());
+                }
+            },
+            Some(io) = io_rx.recv() => match io {
+                Io::Data(conn, bytes) => d.broker.handle_input(Instant::now(), conn, &bytes),
+                Io::Lost(conn) => d.broker.handle_conn_lost(Instant::now(), conn),
+            },
+            _ = sleep => {
+                let now = Instant::now();
+                d.broker.handle_timeout(now);
+                d.expire_waiters(now);
+            }
+        }
+    }
+    for (_, c) in d.conns.drain() {
+        c.task.abort();
+    }
+}
+
+impl Driver {
+    fn on_cmd(&mut self, cmd: Cmd) {
+        let now = Instant::now();
+        match cmd {
+            Cmd::Acquire { cid, params, reply } => {
+                let op = self.broker.acquire(now, &params);
+                self.acquires.insert(op, (cid, reply));
+                self.by_cid.insert(cid, op);
+            }
+            Cmd::Cancel { cid } => {
+                if let Some(op) = self.by_cid.remove(&cid) {
+                    self.acquires.remove(&op);
+                    self.broker.cancel(now, op);
+                }
+            }
+            Cmd::Release { grant, reply } => match self.broker.release(now, &grant, Purpose::Explicit) {
+                Ok(op) => {
+                    self.releases.insert(op, reply);
+                }
+                Err(f) => {
+                    let _ = reply.send(Err(f));
+                }
+            },
+            Cmd::Abandon { grant, purpose } => {
+                if let Err(f) = self.broker.release(now, &grant, purpose) {
+                    debug!(key = %grant.key, token = grant.token.get(), ?f, "best-effort release not enqueued");
+                }
+            }
+            Cmd::WaitReady { deadline, reply } => {
+                if self.broker.is_ready() {
+                    let _ = reply.send(true);
+                } else if self.broker.is_closed() || deadline <= now {
+                    let _ = reply.send(false);
+                } else {
+                    self.ready_waiters.push((deadline, reply));
+                }
+            }
+            Cmd::Close { reply } => {
+                self.close_waiters.push(reply);
+                self.broker.close(now);
+                for (_, w) in self.ready_waiters.drain(..) {
+                    let _ = w.send(false);
+                }
+            }
+        }
+    }
+
+    fn expire_waiters(&mut self, now: Instant) {
+        let (due, keep): (Vec<_>, Vec<_>) = self.ready_waiters.drain(..).partition(|(t, _)| *t <= now);
+        self.ready_waiters = keep;
+        for (_, w) in due {
+            let _ = w.send(false);
+        }
+    }
+
+    /// Moves everything the broker has to say out: bytes first, then events.
+    fn drain(&mut self) {
+        loop {
+            let mut moved = false;
+            while let Some(t) = self.broker.poll_transmit() {
+                moved = true;
+                if let Some(c) = self.conns.get(&t.conn) {
+                    let _ = c.tx.send(t.data);
+                }
+            }
+            while let Some(ev) = self.broker.poll_event() {
+                moved = true;
+                self.on_event(ev);
+            }
+            if !moved {
+                break;
+            }
+        }
+        if self.broker.is_ready() {
+            for (_, w) in self.ready_waiters.drain(..) {
+                let _ = w.send(true);
+            }
+        }
+    }
+
+    fn on_event(&mut self, ev: BrokerEvent) {
+        match ev {
+            BrokerEvent::Connect { conn, addr } => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let task = tokio::spawn(connection(conn, addr, self.tls.clone(), self.io_tx.clone(), rx));
+                self.conns.insert(conn, ConnHandle { tx, task });
+            }
+            BrokerEvent::Disconnect { conn } => {
+                if let Some(c) = self.conns.remove(&conn) {
+                    c.task.abort();
+                }
+            }
+            BrokerEvent::Acquired { op, result } => {
+                let Some((cid, reply)) = self.acquires.remove(&op) else {
+                    // Nobody waits (cancelled): a grant is released.
+                    if let Ok(Some(grant)) = result {
+                        self.broker.compensate(Instant::now(), &grant);
+                    }
+                    return;
+                };
+                self.by_cid.remove(&cid);
+                if let Err(Ok(Some(grant))) = reply.send(result) {
+                    // The caller went away between the grant and its delivery (§6.3 step 7).
+                    self.broker.compensate(Instant::now(), &grant);
+                }
+            }
+            BrokerEvent::Released { op, result } => {
+                if let Some(reply) = self.releases.remove(&op) {
+                    let _ = reply.send(result);
+                }
+            }
+            BrokerEvent::LaneDone { grant, purpose, outcome } => {
+                debug!(key = %grant.key, token = grant.token.get(), ?purpose, ?outcome, "release lane entry done");
+            }
+            BrokerEvent::SessionEnded { conn, addr, reason } => {
+                debug!(conn = conn.0, %addr, ?reason, "session ended");
+            }
+            BrokerEvent::Closed => {
+                for w in self.close_waiters.drain(..) {
+                    let _ = w.send(());
+                }
+                for (_, w) in self.ready_waiters.drain(..) {
+                    let _ = w.send(false);
+                }
+                self.finished = true;
+            }
+        }
+    }
+}
+
+/// One transport: TCP (+ TLS), then bytes both ways until either side ends.
+async fn connection(
+    conn: ConnId,
+    addr: String,
+    tls: Option<Arc<ClientConfig>>,
+    io: mpsc::UnboundedSender<Io>,
+    mut outbound: mpsc::UnboundedReceiver<Bytes>,
+) {
+    let stream = match open(&addr, tls).await {
+        Ok(s) => s,
+        Err(e) => {
+            debug!(conn = conn.0, %addr, error = %e, "connect failed");
+            let _ = io.send(Io::Lost(conn));
+            return;
+        }
+    };
+    let (mut rd, mut wr) = tokio::io::split(stream);
+    let io_read = io.clone();
+    let reader = async move {
+        let mut buf = vec![0u8; 4096];
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if io_read.send(Io::Data(conn, Bytes::copy_from_slice(&buf[..n]))).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    };
+    let writer = async move {
+        while let Some(data) = outbound.recv().await {
+            if let Err(e) = wr.write_all(&data).await {
+                warn!(conn = conn.0, error = %e, "write failed");
+                break;
+            }
+            if wr.flush().await.is_err() {
+                break;
+            }
+        }
+        let _ = wr.shutdown().await;
+    };
+    tokio::select! {
+        _ = reader => {}
+        _ = writer => {}
+    }
+    let _ = io.send(Io::Lost(conn));
+}
+
+async fn open(addr: &str, tls: Option<Arc<ClientConfig>>) -> std::io::Result<Box<dyn Stream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    let _ = tcp.set_nodelay(true);
+    match tls {
+        None => Ok(Box::new(tcp)),
+        Some(config) => {
+            let name = tls::server_name(addr).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+            let stream = tokio_rustls::TlsConnector::from(config).connect(name, tcp).await?;
+            Ok(Box::new(stream))
+        }
+    }
+}

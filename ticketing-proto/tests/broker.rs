@@ -1,0 +1,940 @@
+//! Deterministic tests of the client core: a `Broker` against in-memory fake
+//! servers with a simulated clock (quinn `Pair` style: `step()` moves bytes
+//! and events, `run_until()` moves time).
+
+use rand_core::{CryptoRng, RngCore};
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+use ticketing_proto::auth::{self, Label};
+use ticketing_proto::broker::{Broker, BrokerConfig, BrokerEvent, ConnId, Failure, Grant, OpId};
+use ticketing_proto::frame::{decode_client, ClientFrame, Hex32, RequestId};
+use ticketing_proto::lane::{Outcome, Purpose};
+use ticketing_proto::params;
+use ticketing_proto::session::CloseReason;
+
+const TOKEN: &[u8] = b"s3cret-token";
+
+/// Deterministic "CSPRNG" for tests.
+struct TestRng(u64);
+impl RngCore for TestRng {
+    fn next_u32(&mut self) -> u32 {
+        self.next_u64() as u32
+    }
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 >> 11
+    }
+    fn fill_bytes(&mut self, dest: &mut [u8]) {
+        for b in dest {
+            *b = self.next_u64() as u8;
+        }
+    }
+    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rand_core::Error> {
+        self.fill_bytes(dest);
+        Ok(())
+    }
+}
+impl CryptoRng for TestRng {}
+
+#[derive(Clone)]
+enum Mode {
+    /// The transport fails at once (connection refused).
+    Refuse,
+    /// Greets, checks AUTH, answers `OK role` with a MAC made with `token`, then maybe `L`.
+    Serve { role: &'static str, token: Vec<u8>, leader: Option<String> },
+    /// Accepts the TCP connection but never says anything.
+    Silent,
+}
+
+struct FakeConn {
+    addr: String,
+    snonce: Hex32,
+    buf: Vec<u8>,
+    /// Every request frame this connection received (AUTH and P excluded).
+    requests: Vec<ClientFrame>,
+    pings: usize,
+    answer_pings: bool,
+    open: bool,
+}
+
+struct World {
+    now: Instant,
+    t0: Instant,
+    b: Broker,
+    modes: HashMap<String, Mode>,
+    conns: BTreeMap<ConnId, FakeConn>,
+    connects: Vec<(Duration, String)>,
+    acquired: HashMap<OpId, Result<Option<Grant>, Failure>>,
+    released: HashMap<OpId, Result<bool, Failure>>,
+    lane_done: Vec<(Purpose, Outcome, u64)>,
+    ended: Vec<CloseReason>,
+    closed: bool,
+    wire: Vec<u8>,
+    /// Every request any fake server received, in arrival order.
+    log: Vec<(ConnId, ClientFrame)>,
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn serve(role: &'static str) -> Mode {
+    Mode::Serve { role, token: TOKEN.to_vec(), leader: None }
+}
+
+impl World {
+    fn new(addrs: &[&str], modes: &[(&str, Mode)]) -> World {
+        Self::with_config(BrokerConfig::new(addrs.iter().map(|a| a.to_string()).collect(), TOKEN), modes)
+    }
+
+    fn with_config(config: BrokerConfig, modes: &[(&str, Mode)]) -> World {
+        let t0 = Instant::now();
+        let b = Broker::new(t0, config, Box::new(TestRng(42))).unwrap();
+        let mut w = World {
+            now: t0,
+            t0,
+            b,
+            modes: modes.iter().map(|(a, m)| (a.to_string(), m.clone())).collect(),
+            conns: BTreeMap::new(),
+            connects: vec![],
+            acquired: HashMap::new(),
+            released: HashMap::new(),
+            lane_done: vec![],
+            ended: vec![],
+            closed: false,
+            wire: vec![],
+            log: vec![],
+        };
+        w.step();
+        w
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.now - self.t0
+    }
+
+    /// Moves bytes and events until nothing moves.
+    fn step(&mut self) {
+        loop {
+            let mut moved = false;
+            while let Some(t) = self.b.poll_transmit() {
+                moved = true;
+                self.wire.extend_from_slice(&t.data);
+                self.server_read(t.conn, &t.data);
+            }
+            while let Some(e) = self.b.poll_event() {
+                moved = true;
+                self.on_event(e);
+            }
+            if !moved {
+                break;
+            }
+        }
+    }
+
+    fn on_event(&mut self, e: BrokerEvent) {
+        match e {
+            BrokerEvent::Connect { conn, addr } => {
+                self.connects.push((self.elapsed(), addr.clone()));
+                let mode = self.modes.get(&addr).cloned().unwrap_or(Mode::Refuse);
+                match mode {
+                    Mode::Refuse => self.b.handle_conn_lost(self.now, conn),
+                    Mode::Silent | Mode::Serve { .. } => {
+                        let mut n = [0u8; 32];
+                        TestRng(conn.0 + 1000).fill_bytes(&mut n);
+                        let snonce = Hex32(n);
+                        self.conns.insert(
+                            conn,
+                            FakeConn {
+                                addr,
+                                snonce,
+                                buf: vec![],
+                                requests: vec![],
+                                pings: 0,
+                                answer_pings: true,
+                                open: true,
+                            },
+                        );
+                        if matches!(mode, Mode::Serve { .. }) {
+                            self.b.handle_input(
+                                self.now,
+                                conn,
+                                format!("TICKETING 1 {}\n", snonce.to_hex_string()).as_bytes(),
+                            );
+                        }
+                    }
+                }
+            }
+            BrokerEvent::Disconnect { conn } => {
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.open = false;
+                }
+            }
+            BrokerEvent::Acquired { op, result } => {
+                assert!(self.acquired.insert(op, result).is_none(), "acquire {op:?} completed twice");
+            }
+            BrokerEvent::Released { op, result } => {
+                assert!(self.released.insert(op, result).is_none(), "release {op:?} completed twice");
+            }
+            BrokerEvent::LaneDone { grant, purpose, outcome } => {
+                self.lane_done.push((purpose, outcome, grant.token.get()))
+            }
+            BrokerEvent::SessionEnded { reason, .. } => self.ended.push(reason),
+            BrokerEvent::Closed => self.closed = true,
+        }
+    }
+
+    fn server_read(&mut self, conn: ConnId, data: &[u8]) {
+        let Some(c) = self.conns.get_mut(&conn) else { return };
+        assert!(c.open, "bytes written to a dropped transport");
+        c.buf.extend_from_slice(data);
+        let mut replies: Vec<Vec<u8>> = vec![];
+        while let Some((frame, used)) = decode_client(&c.buf).expect("the client sent a malformed frame") {
+            c.buf.drain(..used);
+            match frame {
+                ClientFrame::Auth { cnonce, cmac } => {
+                    let Some(Mode::Serve { role, token, leader }) = self.modes.get(&c.addr).cloned() else { continue };
+                    if !auth::verify(TOKEN, Label::Client, &c.snonce, &cnonce, &cmac) {
+                        replies.push(b"E auth_failed\n".to_vec());
+                        continue;
+                    }
+                    let smac = auth::mac(&token, Label::Server, &c.snonce, &cnonce);
+                    replies.push(format!("OK {role} {}\n", smac.to_hex_string()).into_bytes());
+                    if let Some(l) = leader {
+                        replies.push(format!("L {l}\n").into_bytes());
+                    }
+                }
+                ClientFrame::Ping { id } => {
+                    c.pings += 1;
+                    if c.answer_pings {
+                        replies.push(format!("P {id}\n").into_bytes());
+                    }
+                }
+                other => {
+                    c.requests.push(other.clone());
+                    self.log.push((conn, other));
+                }
+            }
+        }
+        for r in replies {
+            self.b.handle_input(self.now, conn, &r);
+        }
+    }
+
+    /// The server side of `conn` sends `line`.
+    fn send(&mut self, conn: ConnId, line: &str) {
+        assert!(self.conns[&conn].open);
+        self.b.handle_input(self.now, conn, line.as_bytes());
+        self.step();
+    }
+
+    /// The server side of `conn` closes the connection.
+    fn hang_up(&mut self, conn: ConnId) {
+        self.b.handle_conn_lost(self.now, conn);
+        self.step();
+    }
+
+    fn run_for(&mut self, d: Duration) {
+        let end = self.now + d;
+        loop {
+            self.step();
+            match self.b.poll_timeout() {
+                Some(t) if t <= end => {
+                    self.now = self.now.max(t);
+                    self.b.handle_timeout(self.now);
+                }
+                _ => break,
+            }
+        }
+        self.now = end;
+        self.step();
+    }
+
+    fn acquire(&mut self, key: &str, wait: f64, lease: f64, budget: f64) -> OpId {
+        let p = params::acquire(key, wait, lease, budget).unwrap();
+        let op = self.b.acquire(self.now, &p);
+        self.step();
+        op
+    }
+
+    /// Every request seen by any fake server, in arrival order.
+    fn all_requests(&self) -> Vec<(ConnId, ClientFrame)> {
+        self.log.clone()
+    }
+
+    fn acquires_seen(&self) -> usize {
+        self.all_requests().iter().filter(|(_, f)| matches!(f, ClientFrame::Acquire { .. })).count()
+    }
+
+    /// The connection and frame of the last request seen.
+    fn last_request(&self) -> (ConnId, ClientFrame) {
+        self.log.last().cloned().expect("no request seen")
+    }
+
+    fn last_acquire(&self) -> (ConnId, RequestId, String, String) {
+        let (c, f) = self
+            .all_requests()
+            .into_iter()
+            .filter(|(_, f)| matches!(f, ClientFrame::Acquire { .. }))
+            .last()
+            .expect("no acquire seen");
+        match f {
+            ClientFrame::Acquire { id, key, owner, .. } => (c, id, key.to_string(), owner.to_string()),
+            _ => unreachable!(),
+        }
+    }
+
+    fn releases_seen(&self) -> Vec<(ConnId, RequestId, String, String, u64)> {
+        self.all_requests()
+            .into_iter()
+            .filter_map(|(c, f)| match f {
+                ClientFrame::Release { id, key, owner, token } => {
+                    Some((c, id, key.to_string(), owner.to_string(), token.get()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn open_conns(&self) -> Vec<ConnId> {
+        self.conns.iter().filter(|(_, c)| c.open).map(|(id, _)| *id).collect()
+    }
+
+    fn result(&self, op: OpId) -> Option<Result<Option<Grant>, Failure>> {
+        self.acquired.get(&op).cloned()
+    }
+}
+
+const A: &str = "127.0.0.1:5225";
+const B: &str = "127.0.0.1:5226";
+const C: &str = "127.0.0.1:5227";
+
+fn one_leader() -> World {
+    let w = World::new(&[A], &[(A, serve("leader"))]);
+    assert!(w.b.is_ready());
+    assert_eq!(w.open_conns().len(), 2, "one address → two connections");
+    w
+}
+
+// ---------------------------------------------------------------- §6.3 basics
+
+#[test]
+fn grant_becomes_a_ticket_with_the_conservative_deadline() {
+    let mut w = one_leader();
+    let op = w.acquire("seat-1", 5.0, 10.0, 2.0);
+    let (conn, id, key, owner) = w.last_acquire();
+    assert_eq!(key, "seat-1");
+    let t_send = w.now;
+    w.run_for(ms(300));
+    w.send(conn, &format!("A {id} seat-1 {owner} 42 100\n"));
+    let g = w.result(op).unwrap().unwrap().unwrap();
+    assert_eq!(g.token.get(), 42);
+    assert_eq!(g.deadline, t_send + ms(100) + ms(9990));
+    assert_eq!(w.b.live_tickets(), 1);
+    let wire = String::from_utf8_lossy(&w.wire).into_owned();
+    assert!(wire.contains(&format!("A {id} seat-1 {owner} 5 10\n")));
+    assert!(!wire.contains("s3cret"), "the token never crosses the wire");
+}
+
+#[test]
+fn t_is_none_and_b_is_busy_at_once_with_one_frame() {
+    let mut w = one_leader();
+    let op = w.acquire("k", 0.0, 5.0, 0.0);
+    let (conn, id, ..) = w.last_acquire();
+    w.send(conn, &format!("T {id} k\n"));
+    assert_eq!(w.result(op), Some(Ok(None)));
+
+    let op = w.acquire("k", 3.0, 5.0, 0.0);
+    let (conn, id, ..) = w.last_acquire();
+    w.send(conn, &format!("B {id} k\n"));
+    assert_eq!(w.result(op), Some(Err(Failure::Busy)));
+    w.run_for(Duration::from_secs(10));
+    assert_eq!(w.acquires_seen(), 2, "no internal retry after B");
+}
+
+#[test]
+fn several_requests_same_key_matched_by_id_not_fifo() {
+    let mut w = one_leader();
+    let op1 = w.acquire("k", 5.0, 5.0, 0.0);
+    let op2 = w.acquire("k", 5.0, 5.0, 0.0);
+    let reqs: Vec<_> = w
+        .all_requests()
+        .into_iter()
+        .map(|(c, f)| match f {
+            ClientFrame::Acquire { id, owner, .. } => (c, id, owner.to_string()),
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(reqs.len(), 2);
+    assert_ne!(reqs[0].0, reqs[1].0, "round-robin over the two connections");
+    // Answer the second first.
+    let (c2, id2, o2) = reqs[1].clone();
+    w.send(c2, &format!("A {id2} k {o2} 7 0\n"));
+    assert_eq!(w.result(op2).unwrap().unwrap().unwrap().token.get(), 7);
+    assert_eq!(w.result(op1), None);
+    let (c1, id1, _) = reqs[0].clone();
+    w.send(c1, &format!("T {id1} k\n"));
+    assert_eq!(w.result(op1), Some(Ok(None)));
+}
+
+// ---------------------------------------------------------------- Indeterminate
+
+#[test]
+fn server_closes_after_reading_a_is_indeterminate_and_never_resent() {
+    let mut w = one_leader();
+    let op = w.acquire("k", 5.0, 10.0, 0.0);
+    let (conn, ..) = w.last_acquire();
+    w.hang_up(conn);
+    assert_eq!(w.result(op), Some(Err(Failure::Indeterminate)));
+    w.run_for(Duration::from_secs(20));
+    assert_eq!(w.acquires_seen(), 1, "a possibly-sent acquire is never resent");
+    assert!(w.b.is_ready(), "a dead connection never breaks the broker");
+}
+
+#[test]
+fn answer_with_wrong_key_closes_the_session_and_is_indeterminate() {
+    let mut w = one_leader();
+    let op = w.acquire("k", 5.0, 10.0, 0.0);
+    let other = w.acquire("j", 5.0, 10.0, 0.0);
+    let (conn_j, ..) = w.last_acquire();
+    let (conn, id, _, owner) = {
+        let (c, f) = w.all_requests()[0].clone();
+        match f {
+            ClientFrame::Acquire { id, key, owner, .. } => (c, id, key.to_string(), owner.to_string()),
+            _ => unreachable!(),
+        }
+    };
+    assert_ne!(conn, conn_j);
+    w.send(conn, &format!("A {id} wrong {owner} 5 0\n"));
+    assert!(!w.conns[&conn].open, "session closed");
+    assert_eq!(w.result(op), Some(Err(Failure::Indeterminate)));
+    assert_eq!(w.result(other), None, "the other connection is unaffected");
+    assert!(w.releases_seen().is_empty(), "a mismatched answer is not an unsolicited grant");
+}
+
+#[test]
+fn every_fatal_frame_makes_sent_acquires_indeterminate() {
+    for line in [
+        "E internal\n",
+        "E bad_frame\n",
+        "E duplicate_id\n",
+        "E too_many_pending\n",
+        "E shutting_down bye\n",
+        "E overloaded\n",
+        "E no_leader\n",
+        "E not_active\n",
+        "E auth_failed\n",
+        "E something_new\n",
+        "Q 1\n",
+        "A 1\n",
+        "T 1 k extra\n",
+        "TICKETING 1 0000000000000000000000000000000000000000000000000000000000000000\n",
+        "M 127.0.0.1:5225\n",
+        "P 999\n",
+    ] {
+        let mut w = one_leader();
+        let op = w.acquire("k", 5.0, 10.0, 0.0);
+        let (conn, ..) = w.last_acquire();
+        w.send(conn, line);
+        assert!(!w.conns[&conn].open, "{line:?} must close the session");
+        assert_eq!(w.result(op), Some(Err(Failure::Indeterminate)), "{line:?}");
+        w.run_for(Duration::from_secs(5));
+        assert_eq!(w.acquires_seen(), 1, "{line:?}: never resent");
+    }
+    let mut w = one_leader();
+    let op = w.acquire("k", 5.0, 10.0, 0.0);
+    let (conn, ..) = w.last_acquire();
+    w.send(conn, &"x".repeat(513));
+    assert_eq!(w.result(op), Some(Err(Failure::Indeterminate)), "oversized");
+}
+
+#[test]
+fn no_answer_within_wait_plus_5s_closes_and_is_indeterminate() {
+    let mut w = one_leader();
+    let op = w.acquire("k", 2.0, 10.0, 0.0);
+    let (conn, ..) = w.last_acquire();
+    w.run_for(ms(6999));
+    assert_eq!(w.result(op), None);
+    assert!(w.conns[&conn].open);
+    w.run_for(ms(1));
+    assert_eq!(w.result(op), Some(Err(Failure::Indeterminate)));
+    assert!(!w.conns[&conn].open);
+    assert_eq!(w.ended.last(), Some(&CloseReason::AnswerTimeout));
+}
+
+#[test]
+fn unsent_acquire_is_rerouted_when_its_session_dies() {
+    let mut w = one_leader();
+    let p = params::acquire("k", 5.0, 10.0, 0.0).unwrap();
+    let op = w.b.acquire(w.now, &p);
+    // The transport dies before the bytes were handed out.
+    let conns = w.open_conns();
+    for c in &conns {
+        w.b.handle_conn_lost(w.now, *c);
+    }
+    w.step();
+    assert_eq!(w.acquires_seen(), 0);
+    assert_eq!(w.result(op), None, "unsent: waits within its budget");
+    w.run_for(ms(150)); // reconnect after 0.1 s
+    assert_eq!(w.acquires_seen(), 1);
+    let (conn, id, _, owner) = w.last_acquire();
+    assert!(!conns.contains(&conn));
+    w.send(conn, &format!("A {id} k {owner} 9 0\n"));
+    assert_eq!(w.result(op).unwrap().unwrap().unwrap().token.get(), 9);
+}
+
+#[test]
+fn unsent_acquire_goes_to_the_other_connection_at_once() {
+    let mut w = one_leader();
+    let p = params::acquire("k", 0.0, 10.0, 0.0).unwrap();
+    let op = w.b.acquire(w.now, &p);
+    let first = w.open_conns()[0];
+    let second = w.open_conns()[1];
+    // rr picked one of them; kill both orders' first candidate deterministically:
+    w.b.handle_conn_lost(w.now, first);
+    w.b.handle_conn_lost(w.now, second);
+    w.step();
+    // wait = 0 has no budget left and nothing is ready: Unavailable, nothing sent.
+    assert_eq!(w.result(op), Some(Err(Failure::Unavailable)));
+    assert_eq!(w.acquires_seen(), 0);
+}
+
+#[test]
+fn no_connection_within_the_wait_budget_is_unavailable() {
+    let mut w = World::new(&[A], &[(A, Mode::Refuse)]);
+    let op = w.acquire("k", 2.0, 10.0, 0.0);
+    w.run_for(ms(1999));
+    assert_eq!(w.result(op), None);
+    w.run_for(ms(1));
+    assert_eq!(w.result(op), Some(Err(Failure::Unavailable)));
+    let op = w.acquire("k", 0.0, 10.0, 0.0);
+    assert_eq!(w.result(op), Some(Err(Failure::Unavailable)), "wait 0: at once");
+}
+
+#[test]
+fn acquire_waits_for_a_connection_and_sends_only_the_budget_left() {
+    let mut w = World::new(&[A], &[(A, Mode::Silent)]);
+    let op = w.acquire("k", 10.0, 10.0, 0.0);
+    // The silent server makes the handshake time out after 5 s; then it starts serving.
+    w.modes.insert(A.into(), serve("leader"));
+    w.run_for(ms(5200));
+    assert!(w.b.is_ready());
+    match w.last_request().1 {
+        ClientFrame::Acquire { wait, .. } => assert_eq!(wait, 5, "10 s budget, 5.1 s used → 5 s rounded up"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(w.result(op), None);
+}
+
+// ---------------------------------------------------------------- §6.3 step 4
+
+#[test]
+fn late_grant_with_waited_ms_zero_is_insufficient_time_and_compensated() {
+    let mut w = one_leader();
+    // lease 3, budget 2: a grant read more than 0.997 s after the send is not enough.
+    let op = w.acquire("k", 5.0, 3.0, 2.0);
+    let (conn, id, _, owner) = w.last_acquire();
+    w.run_for(ms(1500));
+    w.send(conn, &format!("A {id} k {owner} 555 0\n"));
+    assert_eq!(w.result(op), Some(Err(Failure::InsufficientTime)));
+    let rel = w.releases_seen();
+    assert_eq!(rel.len(), 1);
+    let (rconn, rid, key, rowner, token) = rel[0].clone();
+    assert_eq!((key.as_str(), rowner.as_str(), token), ("k", owner.as_str(), 555));
+    w.send(rconn, &format!("R {rid} k\n"));
+    assert_eq!(w.lane_done, vec![(Purpose::Compensation, Outcome::Released, 555)]);
+    assert_eq!(w.b.live_tickets(), 0);
+}
+
+#[test]
+fn late_grant_whose_waited_ms_covers_the_delay_is_a_ticket() {
+    let mut w = one_leader();
+    let op = w.acquire("k", 5.0, 3.0, 2.0);
+    let t_send = w.now;
+    let (conn, id, _, owner) = w.last_acquire();
+    w.run_for(ms(1500));
+    w.send(conn, &format!("A {id} k {owner} 556 1500\n"));
+    let g = w.result(op).unwrap().unwrap().unwrap();
+    assert_eq!(g.deadline, t_send + ms(1500) + ms(2997), "remaining counts from t_send + waited_ms");
+    assert!(w.releases_seen().is_empty());
+}
+
+#[test]
+fn grant_with_no_time_left_at_all_is_insufficient_even_with_budget_zero() {
+    let mut w = one_leader();
+    let op = w.acquire("k", 5.0, 1.0, 0.0);
+    let (conn, id, _, owner) = w.last_acquire();
+    w.run_for(ms(999));
+    w.send(conn, &format!("A {id} k {owner} 5 0\n"));
+    assert_eq!(w.result(op), Some(Err(Failure::InsufficientTime)));
+}
+
+// ---------------------------------------------------------------- §6.2 rows
+
+#[test]
+fn unsolicited_grant_is_released_with_its_exact_token_within_5s() {
+    let mut w = one_leader();
+    let conn = w.open_conns()[0];
+    w.send(conn, "A 77 other-key abcdef 123456 0\n");
+    assert!(!w.conns[&conn].open, "session-fatal");
+    w.run_for(ms(200));
+    let rel = w.releases_seen();
+    assert_eq!(rel.len(), 1);
+    let (rconn, rid, key, owner, token) = rel[0].clone();
+    assert_ne!(rconn, conn);
+    assert_eq!((key.as_str(), owner.as_str(), token), ("other-key", "abcdef", 123456));
+    w.send(rconn, &format!("N {rid} other-key\n"));
+    assert_eq!(w.lane_done, vec![(Purpose::Compensation, Outcome::NotHolder, 123456)]);
+}
+
+#[test]
+fn moved_to_an_unlisted_address_is_ignored_and_closes() {
+    let mut w = World::new(&[A, B], &[(A, serve("leader")), (B, serve("leader"))]);
+    assert_eq!(w.b.leader_hint(), Some(B), "OK leader sets the hint (last one ready)");
+    let conn_a = w.conns.iter().find(|(_, c)| c.addr == A).map(|(id, _)| *id).unwrap();
+    w.send(conn_a, "M 10.9.9.9:5225\n");
+    assert!(!w.conns[&conn_a].open);
+    assert_eq!(w.b.leader_hint(), Some(B), "unlisted: ignored");
+    let conn_b = w.conns.iter().find(|(_, c)| c.addr == B && c.open).map(|(id, _)| *id).unwrap();
+    w.send(conn_b, &format!("M {A}\n"));
+    assert_eq!(w.b.leader_hint(), Some(A), "listed: kept as the hint");
+    assert!(!w.conns[&conn_b].open);
+}
+
+#[test]
+fn l_keeps_the_connection_and_sets_roles() {
+    let mut w = World::new(&[A, B, C], &[(A, serve("leader")), (B, serve("leader")), (C, serve("leader"))]);
+    let conn_of =
+        |w: &World, addr: &str| w.conns.iter().find(|(_, c)| c.addr == addr && c.open).map(|(id, _)| *id).unwrap();
+    let (ca, cb, cc) = (conn_of(&w, A), conn_of(&w, B), conn_of(&w, C));
+    // B says the leader is A: B becomes a follower; A says it is itself the leader.
+    w.send(cb, &format!("L {A}\n"));
+    w.send(ca, &format!("L {A}\n"));
+    // C names an unlisted address: ignored completely.
+    w.send(cc, "L 10.1.1.1:1\n");
+    assert!(w.conns[&ca].open && w.conns[&cb].open && w.conns[&cc].open, "L keeps connections");
+    assert_eq!(w.b.leader_hint(), Some(A));
+    for _ in 0..6 {
+        w.acquire("k", 5.0, 5.0, 0.0);
+    }
+    let used: Vec<ConnId> = w.all_requests().into_iter().map(|(c, _)| c).collect();
+    assert!(used.iter().all(|c| *c == ca), "the hinted leader connection gets the requests: {used:?}");
+    // A goes away: requests go round-robin to C (leader by OK), never to follower B.
+    w.modes.insert(A.into(), Mode::Refuse);
+    w.hang_up(ca);
+    for _ in 0..4 {
+        w.acquire("k", 5.0, 5.0, 0.0);
+    }
+    let used: Vec<ConnId> = w.all_requests().into_iter().map(|(c, _)| c).collect();
+    assert!(!used.contains(&cb), "never a known follower");
+    assert!(used.contains(&cc));
+}
+
+#[test]
+fn only_followers_means_no_route_and_unavailable() {
+    let mut w = World::new(&[A, B], &[(A, serve("follower")), (B, serve("follower"))]);
+    assert!(!w.b.is_ready());
+    let op = w.acquire("k", 1.0, 5.0, 0.0);
+    w.run_for(ms(1000));
+    assert_eq!(w.result(op), Some(Err(Failure::Unavailable)));
+    assert_eq!(w.acquires_seen(), 0);
+}
+
+#[test]
+fn no_leader_resets_the_hint() {
+    let mut w = one_leader();
+    assert_eq!(w.b.leader_hint(), Some(A));
+    let conn = w.open_conns()[0];
+    w.send(conn, "E no_leader\n");
+    assert_eq!(w.b.leader_hint(), None);
+    assert_eq!(w.ended.last(), Some(&CloseReason::NoLeader));
+}
+
+// ---------------------------------------------------------------- auth
+
+#[test]
+fn wrong_smac_is_auth_failed_and_no_request_is_sent() {
+    let mut w = World::new(&[A], &[(A, Mode::Serve { role: "leader", token: b"not-it".to_vec(), leader: None })]);
+    assert!(!w.b.is_ready());
+    let op = w.acquire("k", 5.0, 10.0, 0.0);
+    assert_eq!(w.result(op), None, "waits for the next attempt within its budget");
+    w.run_for(Duration::from_secs(5));
+    assert_eq!(w.result(op), Some(Err(Failure::AuthFailed)));
+    assert!(w.all_requests().is_empty(), "no request ever sent to an unproven server");
+    assert_eq!(w.ended.iter().filter(|r| **r == CloseReason::AuthFailed).count(), w.connects.len());
+}
+
+#[test]
+fn auth_failure_on_every_connection_fails_waiting_acquires_at_once() {
+    let mut w = World::new(&[A], &[(A, Mode::Silent)]);
+    let op = w.acquire("k", 5.0, 10.0, 0.0);
+    // Both connections now get a server that cannot prove the token.
+    w.modes.insert(A.into(), Mode::Serve { role: "leader", token: b"bad".to_vec(), leader: None });
+    for c in w.open_conns() {
+        let s = w.conns[&c].snonce;
+        w.send(c, &format!("TICKETING 1 {}\n", s.to_hex_string()));
+    }
+    assert_eq!(w.result(op), Some(Err(Failure::AuthFailed)));
+    assert_eq!(w.elapsed(), Duration::ZERO);
+}
+
+// ---------------------------------------------------------------- backoff, keepalive
+
+fn retry_gaps(w: &World, addr: &str) -> Vec<u64> {
+    let times: Vec<u64> = w.connects.iter().filter(|(_, a)| a == addr).map(|(t, _)| t.as_millis() as u64).collect();
+    times.windows(2).map(|p| p[1] - p[0]).collect()
+}
+
+#[test]
+fn backoff_schedule_doubles_to_the_cap() {
+    let mut w = World::new(&[A, B], &[(A, Mode::Refuse), (B, Mode::Refuse)]);
+    w.run_for(Duration::from_secs(13));
+    assert_eq!(retry_gaps(&w, A), vec![100, 200, 400, 800, 1600, 3200, 3200, 3200]);
+    assert_eq!(retry_gaps(&w, B), vec![100, 200, 400, 800, 1600, 3200, 3200, 3200]);
+}
+
+#[test]
+fn backoff_resets_after_a_successful_handshake() {
+    let mut w = World::new(&[A, B], &[(A, Mode::Refuse), (B, serve("leader"))]);
+    w.run_for(ms(1600)); // A: attempts at 0, 100, 300, 700, 1500
+    w.modes.insert(A.into(), serve("leader"));
+    w.run_for(ms(1600)); // attempt at 3100 succeeds
+    let conn = w.conns.iter().find(|(_, c)| c.addr == A && c.open).map(|(id, _)| *id).unwrap();
+    w.modes.insert(A.into(), Mode::Refuse);
+    w.hang_up(conn);
+    let hung_up = w.elapsed();
+    w.run_for(ms(1000));
+    // connect-to-connect gaps: the good session lived 100 ms, then 0.1 s, 0.2 s, 0.4 s again
+    assert_eq!(retry_gaps(&w, A), vec![100, 200, 400, 800, 1600, 200, 200, 400]);
+    let first_retry = w.connects.iter().filter(|(_, a)| a == A).map(|(t, _)| *t).find(|t| *t > hung_up);
+    assert_eq!(first_retry, Some(hung_up + ms(100)), "reset to 0.1 s after a successful handshake");
+}
+
+#[test]
+fn auth_failed_and_not_active_jump_to_the_cap() {
+    let mut w = World::new(&[A, B], &[(A, serve("leader")), (B, serve("leader"))]);
+    let conn_a = w.open_conns()[0];
+    w.modes.insert(A.into(), Mode::Refuse);
+    w.send(conn_a, "E not_active\n");
+    w.run_for(ms(3300));
+    assert_eq!(retry_gaps(&w, A), vec![3200]);
+    let conn_b = w.open_conns()[0];
+    w.modes.insert(B.into(), Mode::Refuse);
+    let before = w.elapsed();
+    w.send(conn_b, "E auth_failed\n");
+    w.run_for(ms(3300));
+    let b_times: Vec<Duration> = w.connects.iter().filter(|(_, a)| a == B).map(|(t, _)| *t).collect();
+    assert_eq!(b_times.last().copied(), Some(before + ms(3200)));
+}
+
+#[test]
+fn keepalive_pings_after_1s_and_declares_death_after_3s_more() {
+    let mut w = one_leader();
+    let op = w.acquire("k", 30.0, 10.0, 0.0);
+    let (conn, ..) = w.last_acquire();
+    w.run_for(ms(999));
+    assert_eq!(w.conns[&conn].pings, 0);
+    w.run_for(ms(1));
+    assert_eq!(w.conns[&conn].pings, 1, "P after 1 s of silence");
+    w.run_for(ms(10_000));
+    assert_eq!(w.result(op), None, "answered pings keep the session alive");
+    assert!(w.conns[&conn].open);
+    w.conns.get_mut(&conn).unwrap().answer_pings = false;
+    let silent_from = w.now;
+    w.run_for(ms(5000));
+    assert_eq!(w.result(op), Some(Err(Failure::Indeterminate)));
+    assert_eq!(w.ended.last(), Some(&CloseReason::KeepaliveTimeout));
+    let _ = silent_from;
+}
+
+#[test]
+fn handshake_gives_up_after_5s() {
+    let mut w = World::new(&[A], &[(A, Mode::Silent)]);
+    w.run_for(ms(4999));
+    assert!(w.ended.is_empty());
+    w.run_for(ms(1));
+    assert_eq!(w.ended, vec![CloseReason::HandshakeTimeout, CloseReason::HandshakeTimeout]);
+}
+
+// ---------------------------------------------------------------- §6.4 lane
+
+fn ticket(w: &mut World) -> Grant {
+    let op = w.acquire("k", 5.0, 30.0, 0.0);
+    let (conn, id, _, owner) = w.last_acquire();
+    let token = 1000 + id.0;
+    w.send(conn, &format!("A {id} k {owner} {token} 0\n"));
+    w.result(op).unwrap().unwrap().unwrap()
+}
+
+#[test]
+fn release_r_is_true_n_is_false() {
+    let mut w = one_leader();
+    let g = ticket(&mut w);
+    let op = w.b.release(w.now, &g, Purpose::Explicit).unwrap();
+    w.step();
+    let (c, id, key, owner, token) = w.releases_seen()[0].clone();
+    assert_eq!((key, owner, token), ("k".to_string(), g.owner.to_string(), g.token.get()));
+    w.send(c, &format!("R {id} k\n"));
+    assert_eq!(w.released.get(&op), Some(&Ok(true)));
+
+    let g = ticket(&mut w);
+    let op = w.b.release(w.now, &g, Purpose::Explicit).unwrap();
+    w.step();
+    let (c, id, ..) = w.releases_seen()[1].clone();
+    w.send(c, &format!("N {id} k\n"));
+    assert_eq!(w.released.get(&op), Some(&Ok(false)));
+}
+
+#[test]
+fn unanswered_release_is_unconfirmed_after_exactly_5s_and_retried_elsewhere() {
+    let mut w = one_leader();
+    let g = ticket(&mut w);
+    let op = w.b.release(w.now, &g, Purpose::Explicit).unwrap();
+    w.step();
+    let (c, ..) = w.releases_seen()[0].clone();
+    w.run_for(ms(1000));
+    // Its session dies: the release is retried on the other connection.
+    w.hang_up(c);
+    let rel = w.releases_seen();
+    assert_eq!(rel.len(), 2);
+    assert_ne!(rel[1].0, c);
+    assert_eq!(rel[1].4, g.token.get());
+    w.run_for(ms(3999));
+    assert_eq!(w.released.get(&op), None);
+    w.run_for(ms(1));
+    assert_eq!(w.released.get(&op), Some(&Err(Failure::ReleaseUnconfirmed)));
+    // A late answer is harmless.
+    let (c2, id2, ..) = rel[1].clone();
+    w.send(c2, &format!("R {id2} k\n"));
+    assert!(w.conns[&c2].open);
+}
+
+#[test]
+fn full_lane_fails_an_explicit_release_at_once() {
+    let mut config = BrokerConfig::new(vec![A.to_string()], TOKEN);
+    config.lane_capacity = 2;
+    let mut w = World::with_config(config, &[(A, serve("leader"))]);
+    let gs: Vec<Grant> = (0..3).map(|_| ticket(&mut w)).collect();
+    w.b.release(w.now, &gs[0], Purpose::Explicit).unwrap();
+    w.b.release(w.now, &gs[1], Purpose::BestEffort).unwrap();
+    assert_eq!(w.b.release(w.now, &gs[2], Purpose::Explicit), Err(Failure::ReleaseUnconfirmed));
+}
+
+#[test]
+fn lane_has_reserved_slots_acquires_cannot_take() {
+    let mut config = BrokerConfig::new(vec![A.to_string()], TOKEN);
+    config.max_pending_per_conn = 4;
+    config.lane_slots_per_conn = 2; // acquires: 1 per connection (+1 ping)
+    let mut w = World::with_config(config, &[(A, serve("leader"))]);
+    let g = ticket(&mut w);
+    let ops: Vec<OpId> = (0..3).map(|_| w.acquire("q", 5.0, 5.0, 0.0)).collect();
+    assert_eq!(w.acquires_seen(), 1 + 2, "one in flight per connection; the third waits");
+    assert_eq!(w.result(ops[2]), None);
+    w.b.release(w.now, &g, Purpose::Explicit).unwrap();
+    w.step();
+    assert_eq!(w.releases_seen().len(), 1, "the release still goes out");
+}
+
+// ---------------------------------------------------------------- §6.3 step 7
+
+#[test]
+fn cancel_unsent_sends_nothing() {
+    let mut w = World::new(&[A], &[(A, Mode::Silent)]);
+    let op = w.acquire("k", 5.0, 10.0, 0.0);
+    w.b.cancel(w.now, op);
+    w.modes.insert(A.into(), serve("leader"));
+    w.run_for(ms(6000));
+    assert!(w.b.is_ready());
+    assert_eq!(w.acquires_seen(), 0);
+    assert_eq!(w.result(op), None, "no event for a cancelled op");
+}
+
+#[test]
+fn cancel_after_send_closes_that_session() {
+    let mut w = one_leader();
+    let op = w.acquire("k", 5.0, 10.0, 0.0);
+    let (conn, ..) = w.last_acquire();
+    // a second acquire on the same connection (round-robin: skip the other one)
+    let _other_conn = w.acquire("j", 5.0, 10.0, 0.0);
+    let op3 = w.acquire("l", 5.0, 10.0, 0.0);
+    assert_eq!(w.last_acquire().0, conn);
+    w.b.cancel(w.now, op);
+    w.step();
+    assert!(!w.conns[&conn].open, "possibly sent → close the session");
+    assert_eq!(w.ended.last(), Some(&CloseReason::Cancelled));
+    assert_eq!(w.result(op), None);
+    assert_eq!(w.result(op3), Some(Err(Failure::Indeterminate)), "its neighbour is Indeterminate");
+}
+
+#[test]
+fn a_grant_the_caller_cannot_take_is_compensated() {
+    let mut w = one_leader();
+    let g = ticket(&mut w);
+    w.b.compensate(w.now, &g);
+    w.step();
+    assert_eq!(w.releases_seen().len(), 1);
+    assert_eq!(w.b.live_tickets(), 0);
+}
+
+// ---------------------------------------------------------------- close
+
+#[test]
+fn close_releases_live_tickets_then_closes() {
+    let mut w = one_leader();
+    let g = ticket(&mut w);
+    let pending = w.acquire("other", 5.0, 10.0, 0.0);
+    let (pconn, pid, _, powner) = w.last_acquire();
+    w.b.close(w.now);
+    w.step();
+    assert_eq!(w.result(pending), Some(Err(Failure::Closed)));
+    let rel = w.releases_seen();
+    assert_eq!(rel.len(), 1);
+    assert_eq!(rel[0].4, g.token.get());
+    // The pending acquire's grant arrives while closing: compensated.
+    w.send(pconn, &format!("A {pid} other {powner} 4242 0\n"));
+    let rel = w.releases_seen();
+    assert_eq!(rel.len(), 2);
+    assert_eq!(rel[1].4, 4242);
+    assert!(!w.closed);
+    for (c, id, key, ..) in rel {
+        w.send(c, &format!("R {id} {key}\n"));
+    }
+    assert!(w.closed);
+    assert!(w.open_conns().is_empty());
+    let op = w.acquire("k", 1.0, 1.0, 0.0);
+    assert_eq!(w.result(op), Some(Err(Failure::Closed)));
+    w.run_for(Duration::from_secs(10));
+    assert_eq!(w.open_conns().len(), 0, "no reconnect after close");
+}
+
+#[test]
+fn close_gives_up_after_5s() {
+    let mut w = one_leader();
+    let _g = ticket(&mut w);
+    w.b.close(w.now);
+    w.run_for(ms(4999));
+    assert!(!w.closed);
+    w.run_for(ms(1));
+    assert!(w.closed);
+    assert_eq!(w.lane_done.len(), 1);
+    assert_eq!(w.lane_done[0].1, Outcome::Unconfirmed);
+}
+
+#[test]
+fn bad_config_is_refused() {
+    let bad = |addrs: &[&str]| {
+        Broker::new(
+            Instant::now(),
+            BrokerConfig::new(addrs.iter().map(|s| s.to_string()).collect(), ""),
+            Box::new(TestRng(1)),
+        )
+        .is_err()
+    };
+    assert!(bad(&[]));
+    assert!(bad(&["nohost"]));
+    assert!(bad(&["host:0"]));
+    assert!(bad(&["host:99999"]));
+    assert!(bad(&["ho st:1"]));
+    assert!(bad(&[":1"]));
+    assert!(!bad(&["[::1]:5225", "localhost:1"]));
+}
