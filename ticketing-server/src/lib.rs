@@ -3,5 +3,12 @@
 //! The Ticketing server: a FIFO lock service with fencing tokens.
 #![forbid(unsafe_code)]
 
+pub mod admin;
+pub mod cluster;
+pub mod config;
+pub mod conn;
+pub mod listener;
 pub mod locks;
+pub mod manager;
 pub mod replication;
+pub mod server;

@@ -1,0 +1,289 @@
+//! Identity and membership (SPEC §8.2–8.3): bootstrap of a new fencing
+//! domain, the join loop of a node without one, and the leader's rolling
+//! learner replacement (add learner → caught up → replace the voter), one at
+//! a time.
+
+use super::peer::{Pool, RpcError};
+use super::types::{DomainId, NodeId, NodeInfo};
+use super::wire::{Body, BootstrapAnswer, JoinAnswer, JoinRequest, PeerStatus};
+use super::Node;
+use openraft::{ChangeMembers, ServerState};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tracing::{debug, info, warn};
+
+/// How long `--bootstrap` keeps trying to reach every peer.
+pub const BOOTSTRAP_PATIENCE: Duration = Duration::from_secs(30);
+/// How often a node without a domain asks its peers to join it.
+const JOIN_EVERY: Duration = Duration::from_millis(500);
+/// Time to add a learner and let it catch up, and to change the membership.
+const REPLACE_STEP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `leader`, `follower`, `candidate`, `learner` or `shutdown`.
+pub fn role_text(s: ServerState) -> &'static str {
+    match s {
+        ServerState::Leader => "leader",
+        ServerState::Follower => "follower",
+        ServerState::Candidate => "candidate",
+        ServerState::Learner => "learner",
+        ServerState::Shutdown => "shutdown",
+    }
+}
+
+/// What this node says about itself to a `Status` request.
+pub fn status(node: &Node) -> PeerStatus {
+    let (initialized, role, leader) = match node.raft.get() {
+        Some(raft) => {
+            let m = raft.metrics().borrow().clone();
+            let initialized = m.membership_config.membership().nodes().next().is_some();
+            (initialized, role_text(m.state), m.current_leader)
+        }
+        None => (false, "learner", None),
+    };
+    PeerStatus {
+        node_id: node.id,
+        domain: node.domain(),
+        client: node.client_addr.clone(),
+        initialized,
+        role: role.to_owned(),
+        leader,
+    }
+}
+
+/// A bootstrapping peer asks this node to join the new domain `d`.
+pub async fn on_bootstrap(node: &Node, d: DomainId) -> BootstrapAnswer {
+    let initialized = match node.raft.get() {
+        Some(raft) => raft.is_initialized().await.unwrap_or(true),
+        None => true,
+    };
+    if let Some(mine) = node.domain() {
+        return BootstrapAnswer::AlreadyInDomain(mine);
+    }
+    if initialized {
+        // Raft state without a domain cannot happen; refuse to be safe.
+        return BootstrapAnswer::AlreadyInDomain(DomainId(0));
+    }
+    if node.adopt_domain(d) {
+        info!(domain = %d, "joined a new fencing domain (bootstrap by a peer)");
+        BootstrapAnswer::Ok
+    } else {
+        BootstrapAnswer::AlreadyInDomain(node.domain().unwrap_or(DomainId(0)))
+    }
+}
+
+/// `--bootstrap`: create a new domain with every peer as a voter, or refuse.
+pub async fn bootstrap(node: Arc<Node>, pool: Arc<Pool>) -> Result<(), String> {
+    let deadline = Instant::now() + BOOTSTRAP_PATIENCE;
+    let statuses: BTreeMap<String, PeerStatus> = loop {
+        let mut found = BTreeMap::new();
+        let mut missing = Vec::new();
+        for addr in &node.peers {
+            match pool.call(addr, None, Body::StatusReq, Duration::from_secs(2)).await {
+                Ok(Body::StatusResp(s)) => {
+                    if let Some(d) = s.domain {
+                        return Err(format!(
+                            "peer {addr} (node {}) already belongs to fencing domain {d}: refusing to bootstrap; \
+                             --bootstrap is only for the first start of a new cluster",
+                            s.node_id
+                        ));
+                    }
+                    if s.initialized {
+                        return Err(format!("peer {addr} already has Raft state: refusing to bootstrap"));
+                    }
+                    found.insert(addr.clone(), s);
+                }
+                Ok(_) => missing.push(format!("{addr}: unexpected answer")),
+                Err(e) => missing.push(format!("{addr}: {e}")),
+            }
+        }
+        if missing.is_empty() {
+            break found;
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "bootstrap needs every peer reachable; after {}s still missing: {}",
+                BOOTSTRAP_PATIENCE.as_secs(),
+                missing.join("; ")
+            ));
+        }
+        debug!(missing = ?missing, "bootstrap: waiting for peers");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    if !statuses.values().any(|s| s.node_id == node.id) {
+        return Err(format!(
+            "none of --peers {:?} is this node (its --peer-listen {}): list this node's own peer address too",
+            node.peers, node.peer_listen
+        ));
+    }
+    let mut ids = BTreeSet::new();
+    for s in statuses.values() {
+        if !ids.insert(s.node_id) {
+            return Err(format!("two --peers entries reach the same node {}: list each node once", s.node_id));
+        }
+    }
+    let domain = loop {
+        let mut b = [0u8; 16];
+        rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut b);
+        let d = u128::from_be_bytes(b);
+        if d != 0 {
+            break DomainId(d);
+        }
+    };
+    if !node.adopt_domain(domain) {
+        return Err("this node joined another domain while bootstrapping: refusing".into());
+    }
+    for (addr, s) in &statuses {
+        if s.node_id == node.id {
+            continue;
+        }
+        match pool.call(addr, Some(s.node_id), Body::BootstrapReq(domain), Duration::from_secs(2)).await {
+            Ok(Body::BootstrapResp(BootstrapAnswer::Ok)) => {}
+            Ok(Body::BootstrapResp(BootstrapAnswer::AlreadyInDomain(d))) => {
+                return Err(format!("peer {addr} joined domain {d} meanwhile: refusing to bootstrap"));
+            }
+            Ok(_) => return Err(format!("peer {addr}: unexpected answer to bootstrap")),
+            Err(e) => return Err(format!("peer {addr} failed during bootstrap: {e}")),
+        }
+    }
+    let members: BTreeMap<NodeId, NodeInfo> = statuses
+        .iter()
+        .map(|(addr, s)| (s.node_id, NodeInfo { peer: addr.clone(), client: s.client.clone() }))
+        .collect();
+    let raft = node.raft.get().ok_or("raft is not running")?;
+    raft.initialize(members.clone()).await.map_err(|e| format!("cannot initialize the Raft group: {e}"))?;
+    info!(domain = %domain, members = ?members, "bootstrapped a new fencing domain");
+    Ok(())
+}
+
+/// Whether `id` is a voter in this node's view of the membership.
+fn is_voter(node: &Node, id: NodeId) -> bool {
+    node.raft.get().is_some_and(|r| r.metrics().borrow().membership_config.membership().voter_ids().any(|v| v == id))
+}
+
+/// Finds which `--peers` entry is this node: its `--peer-listen` if listed,
+/// else the address whose handshake answers with this node's id.
+pub async fn resolve_self(node: &Node, pool: &Pool) -> String {
+    if node.peers.iter().any(|p| p == &node.peer_listen) {
+        return node.peer_listen.clone();
+    }
+    let mut warned = false;
+    loop {
+        for p in &node.peers {
+            if pool.node_id_at(p).await.ok() == Some(node.id) {
+                return p.clone();
+            }
+        }
+        if !warned {
+            warn!(peers = ?node.peers, listen = %node.peer_listen, "this node's --peer-listen is not in --peers; \
+                  looking for the entry that reaches this node");
+            warned = true;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// A node that is not a voter asks its peers to join it (SPEC §8.3), until it is one.
+pub async fn join_loop(node: Arc<Node>, pool: Arc<Pool>) {
+    let me = resolve_self(&node, &pool).await;
+    let request =
+        JoinRequest { node_id: node.id, node: NodeInfo { peer: me.clone(), client: node.client_addr.clone() } };
+    let mut last_note = String::new();
+    loop {
+        if is_voter(&node, node.id) {
+            info!(node = node.id, "this node is a voter of the domain");
+            return;
+        }
+        for addr in node.peers.iter().filter(|p| **p != me) {
+            let note = match pool.call(addr, None, Body::JoinReq(request.clone()), Duration::from_secs(2)).await {
+                Ok(Body::JoinResp(JoinAnswer::Accepted(d))) => {
+                    if node.adopt_domain(d) {
+                        info!(domain = %d, leader = %addr, "join accepted");
+                    }
+                    format!("accepted by {addr}")
+                }
+                Ok(Body::JoinResp(JoinAnswer::Refused(why))) => format!("refused by {addr}: {why}"),
+                Ok(Body::JoinResp(a)) => format!("{addr}: {a:?}"),
+                Ok(_) => format!("{addr}: unexpected answer"),
+                Err(RpcError::Unreachable(_)) => continue,
+                Err(e) => format!("{addr}: {e}"),
+            };
+            if note != last_note {
+                debug!(%note, "join");
+                last_note = note;
+            }
+        }
+        tokio::time::sleep(JOIN_EVERY).await;
+    }
+}
+
+/// The leader's side of a join: replace the old member at the joiner's
+/// address by the joiner, one replacement at a time.
+pub async fn on_join(node: &Arc<Node>, req: JoinRequest) -> JoinAnswer {
+    let Some(raft) = node.raft.get() else { return JoinAnswer::NotLeader };
+    let Some(domain) = node.domain() else { return JoinAnswer::NotLeader };
+    if !node.is_serving() {
+        return JoinAnswer::NotLeader;
+    }
+    let membership = raft.metrics().borrow().membership_config.clone();
+    let membership = membership.membership();
+    if membership.voter_ids().any(|v| v == req.node_id) {
+        return JoinAnswer::Accepted(domain);
+    }
+    if !node.peers.contains(&req.node.peer) {
+        return JoinAnswer::Refused(format!("{} is not one of this cluster's --peers", req.node.peer));
+    }
+    let old: BTreeSet<NodeId> = membership
+        .nodes()
+        .filter(|(id, n)| n.peer == req.node.peer && **id != req.node_id)
+        .map(|(id, _)| *id)
+        .collect();
+    let old_voters: BTreeSet<NodeId> = membership.voter_ids().filter(|v| old.contains(v)).collect();
+    if old_voters.is_empty() {
+        return JoinAnswer::Refused(format!("no voter of the domain has the peer address {}", req.node.peer));
+    }
+    if req.node_id == node.id {
+        return JoinAnswer::Refused("a node cannot replace itself".into());
+    }
+    let Ok(guard) = node.replacing.clone().try_lock_owned() else { return JoinAnswer::Busy };
+    let voters: BTreeSet<NodeId> =
+        membership.voter_ids().filter(|v| !old.contains(v)).chain(std::iter::once(req.node_id)).collect();
+    let raft = raft.clone();
+    tokio::spawn(async move {
+        let _guard = guard;
+        info!(new = req.node_id, old = ?old_voters, addr = %req.node.peer, "replacing a member: adding the learner");
+        match tokio::time::timeout(REPLACE_STEP_TIMEOUT, raft.add_learner(req.node_id, req.node.clone(), true)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return warn!(error = %e, "replacement: add learner failed"),
+            Err(_) => return warn!("replacement: the learner did not catch up in time"),
+        }
+        info!(new = req.node_id, voters = ?voters, "replacement: learner caught up, changing the voters");
+        match tokio::time::timeout(
+            REPLACE_STEP_TIMEOUT,
+            raft.change_membership(ChangeMembers::ReplaceAllVoters(voters), false),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return warn!(error = %e, "replacement: membership change failed"),
+            Err(_) => return warn!("replacement: membership change timed out"),
+        }
+        // Leftover learners at that address (an earlier joiner that died).
+        let left: BTreeSet<NodeId> = {
+            let m = raft.metrics().borrow().membership_config.clone();
+            m.membership().nodes().filter(|(id, _)| old.contains(id)).map(|(id, _)| *id).collect()
+        };
+        if !left.is_empty() {
+            if let Ok(Err(e)) = tokio::time::timeout(
+                REPLACE_STEP_TIMEOUT,
+                raft.change_membership(ChangeMembers::RemoveNodes(left), false),
+            )
+            .await
+            {
+                warn!(error = %e, "replacement: removing stale learners failed");
+            }
+        }
+        info!(new = req.node_id, "replacement done");
+    });
+    JoinAnswer::Accepted(domain)
+}

@@ -1,0 +1,429 @@
+//! Cluster mode (SPEC §8): the [`Replicator`] on openraft.
+//!
+//! - `types`: the openraft type configuration (entries are lock commands).
+//! - `store`: in-memory log, state machine over [`LockState`], snapshots.
+//! - `wire`: the peer protocol's handshake and frames (§8.4).
+//! - `peer`: the peer port, the connection pool, the openraft network.
+//! - `membership`: bootstrap, join and rolling learner replacement (§8.2–8.3).
+//!
+//! This module holds no lock logic: it commits [`Command`]s and applies them
+//! with [`LockState::apply`] on every node; the leader's manager does the rest
+//! through the [`Replicator`] trait, following [`Leadership`], which is
+//! published here from `raft.metrics()` with the quorum-ack gate of §8.1.
+
+pub mod membership;
+pub mod peer;
+pub mod store;
+pub mod types;
+pub mod wire;
+
+use crate::locks::{Command, LockState};
+use crate::replication::{Leadership, Proposal, ProposeError, Replicator};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::ServerState;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use ticketing_proto::Addr;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::{error, info};
+use types::{DomainId, NodeId, NodeInfo, Raft};
+
+/// What cluster mode needs to start.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// Address to bind the peer port on.
+    pub peer_listen: String,
+    /// Peer addresses of all members, self included (3 or 5).
+    pub peers: Vec<String>,
+    /// Create a new fencing domain.
+    pub bootstrap: bool,
+    /// The peer token (empty when none).
+    pub peer_token: Vec<u8>,
+    /// This node's client address, announced in `M`/`L`.
+    pub advertise: Addr,
+    /// Raft heartbeat interval, ms.
+    pub heartbeat_ms: u64,
+    /// Raft election timeout lower bound, ms.
+    pub election_timeout_min_ms: u64,
+    /// Raft election timeout upper bound, ms (also the quorum-ack limit of §8.1).
+    pub election_timeout_max_ms: u64,
+}
+
+impl ClusterConfig {
+    /// The cluster part of the server configuration; `advertise` is the
+    /// client address to announce (the configured one or the bound one).
+    pub fn from_config(cfg: &crate::config::Config, advertise: Addr) -> Result<ClusterConfig, ClusterError> {
+        if cfg.peer_tls_ca.is_some() {
+            return Err(ClusterError("--peer-tls-ca: TLS between peers is not supported by this build".into()));
+        }
+        let peer_listen =
+            cfg.peer_listen.clone().ok_or_else(|| ClusterError("cluster mode (--peers) needs --peer-listen".into()))?;
+        Ok(ClusterConfig {
+            peer_listen,
+            peers: cfg.peers.clone(),
+            bootstrap: cfg.bootstrap,
+            peer_token: cfg.peer_token.clone().unwrap_or_default(),
+            advertise,
+            heartbeat_ms: cfg.heartbeat_ms,
+            election_timeout_min_ms: cfg.election_timeout_min_ms,
+            election_timeout_max_ms: cfg.election_timeout_max_ms,
+        })
+    }
+}
+
+/// A cluster start-up error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterError(pub String);
+
+impl fmt::Display for ClusterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ClusterError {}
+
+/// Node-wide state shared by the peer server, the pool and membership.
+pub struct Node {
+    /// This process's NodeId.
+    pub id: NodeId,
+    /// The peer token.
+    pub token: Vec<u8>,
+    /// This node's client address.
+    pub client_addr: String,
+    /// `--peers`.
+    pub peers: Vec<String>,
+    /// `--peer-listen`.
+    pub peer_listen: String,
+    domain: Mutex<Option<DomainId>>,
+    /// The Raft instance (set once at start).
+    pub raft: OnceLock<Raft>,
+    serving: AtomicBool,
+    /// Held while a learner replacement runs (one at a time).
+    pub replacing: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Node {
+    /// The fencing domain, if this node belongs to one.
+    pub fn domain(&self) -> Option<DomainId> {
+        *self.domain.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Joins domain `d` if this node has none; `true` if it now belongs to `d`.
+    pub fn adopt_domain(&self, d: DomainId) -> bool {
+        let mut g = self.domain.lock().unwrap_or_else(|p| p.into_inner());
+        match *g {
+            None => {
+                *g = Some(d);
+                true
+            }
+            Some(mine) => mine == d,
+        }
+    }
+
+    /// This node is the leader with a live quorum and serves clients.
+    pub fn is_serving(&self) -> bool {
+        self.serving.load(Ordering::Acquire)
+    }
+}
+
+fn random_node_id() -> NodeId {
+    loop {
+        let id = rand_core::RngCore::next_u64(&mut rand_core::OsRng);
+        // Keep ids below 2^63 so they read the same in every JSON consumer.
+        let id = id >> 1;
+        if id != 0 {
+            return id;
+        }
+    }
+}
+
+/// A member as shown by `/status`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct MemberView {
+    /// NodeId.
+    pub id: NodeId,
+    /// Peer address.
+    pub peer: String,
+    /// Client address.
+    pub client: String,
+    /// Voter (else learner).
+    pub voter: bool,
+}
+
+/// This node's cluster state, for `/status` and `/metrics`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ClusterStatus {
+    /// This node's NodeId.
+    pub node_id: NodeId,
+    /// The fencing domain (32 hex digits), if any.
+    pub domain: Option<String>,
+    /// Raft role.
+    pub role: String,
+    /// Whether this node serves clients (leader with a live quorum).
+    pub serving: bool,
+    /// The known leader's NodeId.
+    pub leader_id: Option<NodeId>,
+    /// The known leader's client address.
+    pub leader: Option<String>,
+    /// Members of the current membership.
+    pub members: Vec<MemberView>,
+    /// Current term.
+    pub term: u64,
+    /// Last log index.
+    pub last_log_index: Option<u64>,
+    /// Committed index.
+    pub commit_index: Option<u64>,
+    /// Applied index.
+    pub applied_index: Option<u64>,
+    /// Milliseconds since a quorum last acknowledged this leader.
+    pub millis_since_quorum_ack: Option<u64>,
+}
+
+/// The cluster [`Replicator`]: commits commands through openraft.
+pub struct ClusterReplicator {
+    node: Arc<Node>,
+    raft: Raft,
+    sm: store::StateMachine,
+    leadership: watch::Sender<Leadership>,
+    propose_timeout: Duration,
+}
+
+/// Maps a failed `client_write` to the manager's view (the one place where
+/// openraft's `ForwardToLeader` becomes the wire's `M <addr>`).
+fn map_write_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>) -> ProposeError {
+    match e {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+            ProposeError::NotLeader(f.leader_node.and_then(|n| Addr::new(n.client).ok()))
+        }
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(_)) => ProposeError::Unknown,
+        RaftError::Fatal(openraft::error::Fatal::Stopped) => ProposeError::Shutdown,
+        RaftError::Fatal(_) => ProposeError::Unknown,
+    }
+}
+
+impl Replicator for ClusterReplicator {
+    fn propose(&self, cmd: Command) -> Proposal {
+        let raft = self.raft.clone();
+        let limit = self.propose_timeout;
+        let gate = self.leadership.borrow().clone();
+        Box::pin(async move {
+            if !gate.serving {
+                return Err(ProposeError::NotLeader(gate.leader));
+            }
+            match tokio::time::timeout(limit, raft.client_write(cmd)).await {
+                Ok(Ok(resp)) => resp.data.ok_or(ProposeError::Unknown),
+                Ok(Err(e)) => Err(map_write_error(e)),
+                Err(_) => Err(ProposeError::Unknown),
+            }
+        })
+    }
+
+    fn applied(&self) -> LockState {
+        self.sm.locks()
+    }
+
+    fn leadership(&self) -> watch::Receiver<Leadership> {
+        self.leadership.subscribe()
+    }
+}
+
+impl ClusterReplicator {
+    /// This process's NodeId.
+    pub fn node_id(&self) -> NodeId {
+        self.node.id
+    }
+
+    /// The Raft handle (admin, tests).
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// The cluster state for `/status` and `/metrics`.
+    pub async fn status(&self) -> ClusterStatus {
+        let m = self.raft.metrics().borrow().clone();
+        let commit_index = self.raft.with_raft_state(|st| st.committed.map(|l| l.index)).await.ok().flatten();
+        let membership = m.membership_config.membership();
+        let members = membership
+            .nodes()
+            .map(|(id, n)| MemberView {
+                id: *id,
+                peer: n.peer.clone(),
+                client: n.client.clone(),
+                voter: membership.voter_ids().any(|v| v == *id),
+            })
+            .collect();
+        let leadership = self.leadership.borrow().clone();
+        ClusterStatus {
+            node_id: self.node.id,
+            domain: self.node.domain().map(|d| d.to_string()),
+            role: membership::role_text(m.state).to_owned(),
+            serving: leadership.serving,
+            leader_id: m.current_leader,
+            leader: leadership.leader.map(|a| a.as_str().to_owned()),
+            members,
+            term: m.current_term,
+            last_log_index: m.last_log_index,
+            commit_index,
+            applied_index: m.last_applied.map(|l| l.index),
+            millis_since_quorum_ack: if m.state == ServerState::Leader { m.millis_since_quorum_ack } else { None },
+        }
+    }
+
+    /// Stops Raft.
+    pub async fn shutdown(&self) {
+        let _ = self.raft.shutdown().await;
+    }
+}
+
+/// Starts cluster mode: binds the peer port, starts Raft, the leadership
+/// publisher and bootstrap (with `--bootstrap`) or the join loop. A refused
+/// or failed bootstrap ends the process with exit code 1 and a message on
+/// stderr (SPEC §8.2).
+pub async fn start(cfg: ClusterConfig) -> Result<Arc<ClusterReplicator>, ClusterError> {
+    if !matches!(cfg.peers.len(), 3 | 5) {
+        return Err(ClusterError(format!("--peers must list 3 or 5 addresses, got {}", cfg.peers.len())));
+    }
+    let listener = TcpListener::bind(&cfg.peer_listen)
+        .await
+        .map_err(|e| ClusterError(format!("cannot bind --peer-listen {}: {e}", cfg.peer_listen)))?;
+    let node = Arc::new(Node {
+        id: random_node_id(),
+        token: cfg.peer_token.clone(),
+        client_addr: cfg.advertise.as_str().to_owned(),
+        peers: cfg.peers.clone(),
+        peer_listen: cfg.peer_listen.clone(),
+        domain: Mutex::new(None),
+        raft: OnceLock::new(),
+        serving: AtomicBool::new(false),
+        replacing: Arc::new(tokio::sync::Mutex::new(())),
+    });
+    let raft_config = openraft::Config {
+        cluster_name: "ticketing".into(),
+        heartbeat_interval: cfg.heartbeat_ms,
+        election_timeout_min: cfg.election_timeout_min_ms,
+        election_timeout_max: cfg.election_timeout_max_ms,
+        install_snapshot_timeout: 2000.max(cfg.election_timeout_max_ms),
+        ..Default::default()
+    }
+    .validate()
+    .map_err(|e| ClusterError(format!("invalid Raft timing: {e}")))?;
+    let pool = Arc::new(peer::Pool::new(node.clone()));
+    let sm = store::StateMachine::default();
+    let raft = Raft::new(
+        node.id,
+        Arc::new(raft_config),
+        peer::Network { pool: pool.clone() },
+        store::LogStore::default(),
+        sm.clone(),
+    )
+    .await
+    .map_err(|e| ClusterError(format!("cannot start Raft: {e}")))?;
+    let _ = node.raft.set(raft.clone());
+    info!(node = node.id, peer_listen = %cfg.peer_listen, peers = ?cfg.peers, "cluster node started");
+    tokio::spawn(peer::serve(listener, node.clone()));
+
+    let (tx, _) = watch::channel(Leadership { serving: false, active: false, leader: None, epoch: 0 });
+    let replicator = Arc::new(ClusterReplicator {
+        node: node.clone(),
+        raft: raft.clone(),
+        sm,
+        leadership: tx,
+        propose_timeout: Duration::from_millis(2 * cfg.election_timeout_max_ms + 1000),
+    });
+    tokio::spawn(publish_leadership(replicator.clone(), Duration::from_millis(cfg.election_timeout_max_ms)));
+
+    if cfg.bootstrap {
+        let (node, pool) = (node.clone(), pool.clone());
+        tokio::spawn(async move {
+            if let Err(e) = membership::bootstrap(node, pool).await {
+                error!(error = %e, "bootstrap refused");
+                eprintln!("ticketing-server: bootstrap refused: {e}");
+                std::process::exit(1);
+            }
+        });
+    } else {
+        tokio::spawn(membership::join_loop(node, pool));
+    }
+    Ok(replicator)
+}
+
+/// Derives [`Leadership`] from the Raft metrics, re-checked every few
+/// milliseconds so the quorum-ack gate closes on time even when the metrics
+/// stand still.
+async fn publish_leadership(rep: Arc<ClusterReplicator>, quorum_limit: Duration) {
+    let mut metrics = rep.raft.metrics();
+    let mut ack_at: Option<Instant> = None;
+    let mut epoch = 0u64;
+    let tick = Duration::from_millis(20);
+    loop {
+        let m = metrics.borrow_and_update().clone();
+        let now = Instant::now();
+        let is_leader = m.state == ServerState::Leader && m.current_leader == Some(rep.node.id);
+        // Anchor the last quorum ack in local time whenever metrics report it.
+        ack_at = match (is_leader, m.millis_since_quorum_ack) {
+            (true, Some(ms)) => {
+                let at = now.checked_sub(Duration::from_millis(ms)).unwrap_or(now);
+                Some(ack_at.map_or(at, |prev| prev.max(at)))
+            }
+            _ => None,
+        };
+        let quorum_ok = ack_at.is_some_and(|at| now.duration_since(at) <= quorum_limit);
+        let membership = m.membership_config.membership();
+        let member = membership.get_node(&rep.node.id).is_some();
+        let active = rep.node.domain().is_some() && member;
+        // A new leader serves once it has applied an entry of its own term
+        // (its blank entry): everything before is applied too.
+        let caught_up = m.last_applied.is_some_and(|l| l.leader_id.get_term() == m.current_term);
+        let serving = active && is_leader && quorum_ok && caught_up;
+        let leader = if serving {
+            Addr::new(rep.node.client_addr.clone()).ok()
+        } else if is_leader || !active {
+            None
+        } else {
+            m.current_leader
+                .filter(|l| *l != rep.node.id)
+                .and_then(|l| membership.get_node(&l))
+                .and_then(|n| Addr::new(n.client.clone()).ok())
+        };
+        let was_serving = rep.node.serving.swap(serving, Ordering::AcqRel);
+        if serving && !was_serving {
+            epoch += 1;
+            info!(node = rep.node.id, term = m.current_term, epoch, "serving as leader");
+        } else if !serving && was_serving {
+            info!(node = rep.node.id, quorum_ok, is_leader, "stopped serving");
+        }
+        let next = Leadership { serving, active, leader, epoch };
+        rep.leadership.send_if_modified(|cur| {
+            if *cur != next {
+                *cur = next;
+                true
+            } else {
+                false
+            }
+        });
+        if m.running_state.is_err() || m.state == ServerState::Shutdown {
+            rep.node.serving.store(false, Ordering::Release);
+            rep.leadership.send_if_modified(|cur| {
+                let stopped = Leadership { serving: false, active: cur.active, leader: None, epoch: cur.epoch };
+                let changed = *cur != stopped;
+                *cur = stopped;
+                changed
+            });
+            return;
+        }
+        tokio::select! {
+            r = metrics.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(tick) => {}
+        }
+    }
+}
+
+/// The members of the current membership, by id (tests, admin).
+pub fn members_of(raft: &Raft) -> BTreeMap<NodeId, NodeInfo> {
+    raft.metrics().borrow().membership_config.membership().nodes().map(|(id, n)| (*id, n.clone())).collect()
+}

@@ -1,0 +1,368 @@
+//! The peer transport of SPEC §8.4: the accept loop of the peer port, the
+//! pool of outgoing connections (one per peer address, pipelined, every RPC
+//! with a timeout) and the openraft network on top of it.
+
+use super::membership;
+use super::types::{NodeId, NodeInfo, TypeConfig};
+use super::wire::{self, Body, Envelope, Refusal, WireError, VERSION};
+use super::Node;
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+use tracing::{debug, warn};
+
+/// Time to connect and complete the handshake with a peer.
+const DIAL_TIMEOUT: Duration = Duration::from_millis(1000);
+/// Time an accepted peer has to complete the handshake.
+const ACCEPT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Serves the peer port until the process ends.
+pub async fn serve(listener: TcpListener, node: Arc<Node>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, from)) => {
+                let node = node.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = serve_conn(stream, node).await {
+                        debug!(%from, error = %e, "peer connection ended");
+                    }
+                });
+            }
+            Err(e) => {
+                warn!(error = %e, "peer accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn serve_conn(stream: TcpStream, node: Arc<Node>) -> Result<(), WireError> {
+    let _ = stream.set_nodelay(true);
+    let (r, mut w) = stream.into_split();
+    let mut r = BufReader::new(r);
+    wire::accept_handshake(&mut r, &mut w, &node.token, node.id, node.domain(), ACCEPT_HANDSHAKE_TIMEOUT).await?;
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(256);
+    let writer = tokio::spawn(async move {
+        while let Some(bytes) = rx.recv().await {
+            if w.write_all(&bytes).await.is_err() {
+                break;
+            }
+        }
+    });
+    let result = loop {
+        match wire::read_frame(&mut r).await {
+            Ok(Some(env)) => {
+                let node = node.clone();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let id = env.id;
+                    let body = respond(&node, env).await;
+                    let answer = Envelope { v: VERSION, id, to: node.id, domain: node.domain(), body };
+                    match wire::encode(&answer) {
+                        Ok(bytes) => {
+                            let _ = tx.send(bytes).await;
+                        }
+                        Err(e) => warn!(error = %e, "cannot encode a peer answer"),
+                    }
+                });
+            }
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+    };
+    drop(tx);
+    let _ = writer.await;
+    result
+}
+
+/// Checks the envelope and runs the request.
+async fn respond(node: &Arc<Node>, env: Envelope) -> Body {
+    if env.v != VERSION {
+        return Body::Refused(Refusal::BadVersion);
+    }
+    if env.to != node.id {
+        return Body::Refused(Refusal::WrongTarget { actual: node.id });
+    }
+    if let (Some(mine), Some(theirs)) = (node.domain(), env.domain) {
+        if mine != theirs {
+            return Body::Refused(Refusal::WrongDomain);
+        }
+    }
+    let Some(raft) = node.raft.get() else { return Body::Refused(Refusal::Unsupported) };
+    match env.body {
+        Body::AppendReq(req) => {
+            // Only a leader that has this (fresh, random) NodeId in its
+            // membership sends it entries: adopt its domain.
+            if let Some(d) = env.domain {
+                node.adopt_domain(d);
+            }
+            Body::AppendResp(raft.append_entries(req).await)
+        }
+        Body::SnapshotReq(req) => {
+            if let Some(d) = env.domain {
+                node.adopt_domain(d);
+            }
+            Body::SnapshotResp(raft.install_snapshot(req).await)
+        }
+        Body::VoteReq(req) => Body::VoteResp(raft.vote(req).await),
+        Body::StatusReq => Body::StatusResp(membership::status(node)),
+        Body::BootstrapReq(d) => Body::BootstrapResp(membership::on_bootstrap(node, d).await),
+        Body::JoinReq(j) => Body::JoinResp(membership::on_join(node, j).await),
+        _ => Body::Refused(Refusal::Unsupported),
+    }
+}
+
+/// Why an RPC to a peer failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RpcError {
+    /// Could not connect or complete the handshake.
+    Unreachable(String),
+    /// The process at that address has another NodeId.
+    WrongTarget {
+        /// The NodeId the caller meant.
+        expected: NodeId,
+        /// The NodeId found there.
+        actual: NodeId,
+    },
+    /// The peer refused the message.
+    Refused(Refusal),
+    /// The connection closed before the answer.
+    Closed,
+    /// No answer in time.
+    Timeout,
+    /// The answer did not fit the request.
+    Unexpected,
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RpcError::Unreachable(e) => write!(f, "unreachable: {e}"),
+            RpcError::WrongTarget { expected, actual } => {
+                write!(f, "node {expected} is gone: node {actual} listens at that address")
+            }
+            RpcError::Refused(r) => write!(f, "refused: {r:?}"),
+            RpcError::Closed => f.write_str("connection closed"),
+            RpcError::Timeout => f.write_str("timed out"),
+            RpcError::Unexpected => f.write_str("unexpected answer"),
+        }
+    }
+}
+
+impl std::error::Error for RpcError {}
+
+type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Envelope>>>>;
+
+struct Conn {
+    peer_id: NodeId,
+    tx: mpsc::Sender<Vec<u8>>,
+    pending: Pending,
+    alive: Arc<AtomicBool>,
+    next_id: AtomicU64,
+}
+
+/// Removes a pending entry when its caller gives up.
+struct PendingGuard<'a> {
+    pending: &'a Pending,
+    id: u64,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        lock(self.pending).remove(&self.id);
+    }
+}
+
+type Slot = Arc<tokio::sync::Mutex<Option<Arc<Conn>>>>;
+
+/// Outgoing connections, one per peer address, dialed on demand.
+pub struct Pool {
+    node: Arc<Node>,
+    slots: Mutex<HashMap<String, Slot>>,
+}
+
+impl Pool {
+    /// An empty pool for `node`.
+    pub fn new(node: Arc<Node>) -> Pool {
+        Pool { node, slots: Mutex::new(HashMap::new()) }
+    }
+
+    async fn conn(&self, addr: &str) -> Result<Arc<Conn>, RpcError> {
+        let slot = lock(&self.slots).entry(addr.to_owned()).or_default().clone();
+        let mut guard = slot.lock().await;
+        if let Some(c) = guard.as_ref() {
+            if c.alive.load(Ordering::Acquire) {
+                return Ok(c.clone());
+            }
+        }
+        *guard = None;
+        let c = match tokio::time::timeout(DIAL_TIMEOUT, self.dial(addr)).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(RpcError::Unreachable(e.to_string())),
+            Err(_) => return Err(RpcError::Unreachable("connect/handshake timed out".into())),
+        };
+        *guard = Some(c.clone());
+        Ok(c)
+    }
+
+    async fn dial(&self, addr: &str) -> Result<Arc<Conn>, WireError> {
+        let stream = TcpStream::connect(addr).await?;
+        let _ = stream.set_nodelay(true);
+        let (r, mut w) = stream.into_split();
+        let mut r = BufReader::new(r);
+        let (peer_id, _domain) = wire::dial_handshake(&mut r, &mut w, &self.node.token, self.node.domain()).await?;
+        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(256);
+        let pending: Pending = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+        let conn =
+            Arc::new(Conn { peer_id, tx, pending: pending.clone(), alive: alive.clone(), next_id: AtomicU64::new(1) });
+        let alive_w = alive.clone();
+        tokio::spawn(async move {
+            while let Some(bytes) = rx.recv().await {
+                if w.write_all(&bytes).await.is_err() {
+                    break;
+                }
+            }
+            alive_w.store(false, Ordering::Release);
+        });
+        tokio::spawn(async move {
+            while let Ok(Some(env)) = wire::read_frame(&mut r).await {
+                if let Some(waiter) = lock(&pending).remove(&env.id) {
+                    let _ = waiter.send(env);
+                }
+            }
+            alive.store(false, Ordering::Release);
+            // Dropping the senders fails every pending call at once.
+            lock(&pending).clear();
+        });
+        Ok(conn)
+    }
+
+    /// One request/answer exchange with the node at `addr`. With `target`,
+    /// the call fails unless the process there has that NodeId.
+    pub async fn call(
+        &self,
+        addr: &str,
+        target: Option<NodeId>,
+        body: Body,
+        limit: Duration,
+    ) -> Result<Body, RpcError> {
+        let exchange = async {
+            let conn = self.conn(addr).await?;
+            if let Some(expected) = target {
+                if conn.peer_id != expected {
+                    return Err(RpcError::WrongTarget { expected, actual: conn.peer_id });
+                }
+            }
+            let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = oneshot::channel();
+            lock(&conn.pending).insert(id, tx);
+            let _guard = PendingGuard { pending: &conn.pending, id };
+            let env = Envelope { v: VERSION, id, to: conn.peer_id, domain: self.node.domain(), body };
+            let bytes = wire::encode(&env).map_err(|e| RpcError::Unreachable(e.to_string()))?;
+            if conn.tx.send(bytes).await.is_err() {
+                conn.alive.store(false, Ordering::Release);
+                return Err(RpcError::Closed);
+            }
+            match rx.await {
+                Ok(answer) => match answer.body {
+                    Body::Refused(r) => Err(RpcError::Refused(r)),
+                    b => Ok(b),
+                },
+                Err(_) => Err(RpcError::Closed),
+            }
+        };
+        tokio::time::timeout(limit, exchange).await.unwrap_or(Err(RpcError::Timeout))
+    }
+
+    /// The NodeId of the process at `addr` (dials if needed).
+    pub async fn node_id_at(&self, addr: &str) -> Result<NodeId, RpcError> {
+        Ok(self.conn(addr).await?.peer_id)
+    }
+}
+
+/// The openraft network: one [`PeerClient`] per target.
+pub struct Network {
+    /// The connection pool.
+    pub pool: Arc<Pool>,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> PeerClient {
+        PeerClient { pool: self.pool.clone(), target, addr: node.peer.clone() }
+    }
+}
+
+/// Raft RPCs to one member.
+pub struct PeerClient {
+    pool: Arc<Pool>,
+    target: NodeId,
+    addr: String,
+}
+
+type RaftRpcError<E = openraft::error::Infallible> = RPCError<NodeId, NodeInfo, RaftError<NodeId, E>>;
+
+fn transport_error<E: std::error::Error>(e: RpcError) -> RPCError<NodeId, NodeInfo, E> {
+    match e {
+        RpcError::Timeout | RpcError::Closed | RpcError::Unexpected => RPCError::Network(NetworkError::new(&e)),
+        _ => RPCError::Unreachable(Unreachable::new(&e)),
+    }
+}
+
+impl PeerClient {
+    async fn call(&self, body: Body, option: &RPCOption) -> Result<Body, RpcError> {
+        self.pool.call(&self.addr, Some(self.target), body, option.hard_ttl()).await
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RaftRpcError> {
+        match self.call(Body::AppendReq(rpc), &option).await.map_err(transport_error)? {
+            Body::AppendResp(r) => r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e))),
+            _ => Err(transport_error(RpcError::Unexpected)),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RaftRpcError<InstallSnapshotError>> {
+        match self.call(Body::SnapshotReq(rpc), &option).await.map_err(transport_error)? {
+            Body::SnapshotResp(r) => r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e))),
+            _ => Err(transport_error(RpcError::Unexpected)),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RaftRpcError> {
+        match self.call(Body::VoteReq(rpc), &option).await.map_err(transport_error)? {
+            Body::VoteResp(r) => r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e))),
+            _ => Err(transport_error(RpcError::Unexpected)),
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! In-memory Raft storage (SPEC §8.1: state is volatile): the log store and
+//! the state machine that applies committed [`Command`]s to the one
+//! [`LockState`], plus in-memory snapshots of it.
+
+use super::types::{NodeId, NodeInfo, TypeConfig};
+use crate::locks::LockState;
+use openraft::storage::{LogFlushed, RaftLogStorage, RaftStateMachine, Snapshot};
+use openraft::{
+    Entry, EntryPayload, LogId, LogState, RaftLogId, RaftLogReader, RaftSnapshotBuilder, SnapshotMeta, StorageError,
+    StorageIOError, StoredMembership, Vote,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::io::Cursor;
+use std::ops::RangeBounds;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+type StorageResult<T> = Result<T, StorageError<NodeId>>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means another task panicked while holding it; the
+    // data is plain values that are always left consistent between statements.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[derive(Debug, Default)]
+struct LogInner {
+    last_purged: Option<LogId<NodeId>>,
+    log: BTreeMap<u64, Entry<TypeConfig>>,
+    committed: Option<LogId<NodeId>>,
+    vote: Option<Vote<NodeId>>,
+}
+
+/// The in-memory Raft log.
+#[derive(Debug, Clone, Default)]
+pub struct LogStore {
+    inner: Arc<Mutex<LogInner>>,
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> StorageResult<Vec<Entry<TypeConfig>>> {
+        Ok(lock(&self.inner).log.range(range).map(|(_, e)| e.clone()).collect())
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> StorageResult<LogState<TypeConfig>> {
+        let inner = lock(&self.inner);
+        let last = inner.log.values().next_back().map(|e| *e.get_log_id()).or(inner.last_purged);
+        Ok(LogState { last_purged_log_id: inner.last_purged, last_log_id: last })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StorageResult<()> {
+        lock(&self.inner).vote = Some(*vote);
+        Ok(())
+    }
+
+    async fn read_vote(&mut self) -> StorageResult<Option<Vote<NodeId>>> {
+        Ok(lock(&self.inner).vote)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StorageResult<()> {
+        lock(&self.inner).committed = committed;
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> StorageResult<Option<LogId<NodeId>>> {
+        Ok(lock(&self.inner).committed)
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> StorageResult<()>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+    {
+        {
+            let mut inner = lock(&self.inner);
+            for e in entries {
+                inner.log.insert(e.get_log_id().index, e);
+            }
+        }
+        // Memory is the medium: the entries are "flushed" once inserted.
+        callback.log_io_completed(Ok(()));
+        Ok(())
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
+        let mut inner = lock(&self.inner);
+        let _ = inner.log.split_off(&log_id.index);
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
+        let mut inner = lock(&self.inner);
+        if inner.last_purged.as_ref() < Some(&log_id) {
+            inner.last_purged = Some(log_id);
+        }
+        let keep = inner.log.split_off(&(log_id.index + 1));
+        inner.log = keep;
+        Ok(())
+    }
+}
+
+/// What a snapshot holds: the lock state (membership travels in the meta).
+#[derive(Debug, Serialize, Deserialize)]
+struct SnapshotBody {
+    /// Format version of this body.
+    v: u8,
+    locks: LockState,
+}
+
+#[derive(Debug, Default)]
+struct SmInner {
+    last_applied: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, NodeInfo>,
+    locks: LockState,
+}
+
+#[derive(Debug)]
+struct StoredSnapshot {
+    meta: SnapshotMeta<NodeId, NodeInfo>,
+    data: Vec<u8>,
+}
+
+/// The state machine: applies committed commands with [`LockState::apply`].
+#[derive(Debug, Clone, Default)]
+pub struct StateMachine {
+    inner: Arc<Mutex<SmInner>>,
+    snapshot: Arc<Mutex<Option<StoredSnapshot>>>,
+    snapshot_seq: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl StateMachine {
+    /// A copy of the applied lock state.
+    pub fn locks(&self) -> LockState {
+        lock(&self.inner).locks.clone()
+    }
+
+    /// Runs `f` on the applied lock state without copying it.
+    pub fn with_locks<T>(&self, f: impl FnOnce(&LockState) -> T) -> T {
+        f(&lock(&self.inner).locks)
+    }
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
+    async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
+        let (data, last, membership) = {
+            let inner = lock(&self.inner);
+            let body = SnapshotBody { v: 1, locks: inner.locks.clone() };
+            let data = serde_json::to_vec(&body).map_err(|e| StorageIOError::read_state_machine(&e))?;
+            (data, inner.last_applied, inner.membership.clone())
+        };
+        let seq = self.snapshot_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let snapshot_id = match last {
+            Some(l) => format!("{}-{}-{seq}", l.leader_id, l.index),
+            None => format!("--{seq}"),
+        };
+        let meta = SnapshotMeta { last_log_id: last, last_membership: membership, snapshot_id };
+        *lock(&self.snapshot) = Some(StoredSnapshot { meta: meta.clone(), data: data.clone() });
+        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(&mut self) -> StorageResult<(Option<LogId<NodeId>>, StoredMembership<NodeId, NodeInfo>)> {
+        let inner = lock(&self.inner);
+        Ok((inner.last_applied, inner.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<Option<crate::locks::Outcome>>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+    {
+        let mut inner = lock(&self.inner);
+        let mut out = Vec::new();
+        for entry in entries {
+            inner.last_applied = Some(entry.log_id);
+            match entry.payload {
+                EntryPayload::Blank => out.push(None),
+                EntryPayload::Normal(cmd) => out.push(Some(inner.locks.apply(&cmd))),
+                EntryPayload::Membership(m) => {
+                    inner.membership = StoredMembership::new(Some(entry.log_id), m);
+                    out.push(None);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<Cursor<Vec<u8>>>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, NodeInfo>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> StorageResult<()> {
+        let data = snapshot.into_inner();
+        let body: SnapshotBody =
+            serde_json::from_slice(&data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        if body.v != 1 {
+            let e = std::io::Error::new(std::io::ErrorKind::InvalidData, format!("snapshot version {}", body.v));
+            return Err(StorageIOError::read_snapshot(Some(meta.signature()), &e).into());
+        }
+        {
+            let mut inner = lock(&self.inner);
+            inner.last_applied = meta.last_log_id;
+            inner.membership = meta.last_membership.clone();
+            inner.locks = body.locks;
+        }
+        *lock(&self.snapshot) = Some(StoredSnapshot { meta: meta.clone(), data });
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<TypeConfig>>> {
+        Ok(lock(&self.snapshot)
+            .as_ref()
+            .map(|s| Snapshot { meta: s.meta.clone(), snapshot: Box::new(Cursor::new(s.data.clone())) }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::locks::{Command, Outcome};
+    use openraft::{CommittedLeaderId, EntryPayload};
+    use ticketing_proto::{Key, Owner, Token};
+
+    fn entry(index: u64, payload: EntryPayload<TypeConfig>) -> Entry<TypeConfig> {
+        Entry { log_id: LogId::new(CommittedLeaderId::new(1, 7), index), payload }
+    }
+
+    #[tokio::test]
+    async fn applies_commands_and_round_trips_a_snapshot() {
+        let mut sm = StateMachine::default();
+        let grant =
+            Command::Grant { key: Key::new("k").unwrap(), owner: Owner::new("o").unwrap(), lease_s: 5, micros: 100 };
+        let out =
+            sm.apply(vec![entry(1, EntryPayload::Blank), entry(2, EntryPayload::Normal(grant.clone()))]).await.unwrap();
+        assert_eq!(out, vec![None, Some(Outcome::Granted(Token::new(100).unwrap()))]);
+        let out = sm.apply(vec![entry(3, EntryPayload::Normal(grant))]).await.unwrap();
+        assert_eq!(out, vec![Some(Outcome::AlreadyHeld)]);
+
+        let snap = sm.build_snapshot().await.unwrap();
+        let mut other = StateMachine::default();
+        other.install_snapshot(&snap.meta, snap.snapshot).await.unwrap();
+        assert_eq!(other.locks(), sm.locks());
+        assert_eq!(other.applied_state().await.unwrap().0.map(|l| l.index), Some(3));
+        assert!(other.get_current_snapshot().await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn bad_snapshot_is_an_error_not_a_panic() {
+        let mut sm = StateMachine::default();
+        let meta = SnapshotMeta::default();
+        assert!(sm.install_snapshot(&meta, Box::new(Cursor::new(b"garbage".to_vec()))).await.is_err());
+    }
+}

@@ -1,0 +1,77 @@
+//! The openraft type configuration of the cluster: log entries carry the
+//! lock [`Command`]s of `locks`, responses are their [`Outcome`]s, and every
+//! member's node data carries both its peer and its client address.
+
+use crate::locks::{Command, Outcome};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::io::Cursor;
+
+/// A node's identity in Raft: random, non-zero, drawn at every process start.
+pub type NodeId = u64;
+
+/// What the membership stores about a member.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Peer address (`--peers` entry of that node).
+    pub peer: String,
+    /// Client address announced in `M`/`L` (that node's `--advertise`).
+    pub client: String,
+}
+
+impl fmt::Display for NodeInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "peer={} client={}", self.peer, self.client)
+    }
+}
+
+openraft::declare_raft_types!(
+    /// The Raft types of a Ticketing cluster.
+    pub TypeConfig:
+        D = Command,
+        R = Option<Outcome>,
+        NodeId = NodeId,
+        Node = NodeInfo,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// The Raft instance of a node.
+pub type Raft = openraft::Raft<TypeConfig>;
+
+/// A 128-bit fencing-domain id, shown as 32 lowercase hex digits.
+/// Serialized as its text form (see `wire`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DomainId(pub u128);
+
+impl DomainId {
+    /// Parses 32 lowercase hex digits.
+    pub fn parse(text: &str) -> Option<DomainId> {
+        if text.len() != 32 || !text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+            return None;
+        }
+        u128::from_str_radix(text, 16).ok().map(DomainId)
+    }
+}
+
+impl fmt::Display for DomainId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn domain_id_text_round_trip() {
+        let d = DomainId(0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+        assert_eq!(d.to_string(), "0123456789abcdef0011223344556677");
+        assert_eq!(DomainId::parse(&d.to_string()), Some(d));
+        assert_eq!(DomainId::parse("0123456789ABCDEF0011223344556677"), None);
+        assert_eq!(DomainId::parse("-"), None);
+        assert_eq!(DomainId::parse(""), None);
+    }
+}

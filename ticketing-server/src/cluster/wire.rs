@@ -1,0 +1,388 @@
+//! The peer protocol of SPEC §8.4 on the wire: the text handshake and the
+//! length-prefixed binary frames. The byte layout is in
+//! `docs/cluster-protocol.md`.
+//!
+//! A frame is a 4-byte big-endian length `N` (1 ≤ N ≤ 16 MiB) followed by `N`
+//! bytes of UTF-8 JSON: one [`Envelope`].
+
+use super::types::{DomainId, NodeId, NodeInfo, TypeConfig};
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+use std::time::Duration;
+use ticketing_proto::auth::{self, Label};
+use ticketing_proto::Hex32;
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Version of the envelope format.
+pub const VERSION: u8 = 1;
+/// Largest frame body.
+pub const MAX_FRAME: usize = 16 * 1024 * 1024;
+/// Longest handshake line, LF included (as on the client port).
+pub const MAX_LINE: usize = 512;
+
+impl Serialize for DomainId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for DomainId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<DomainId, D::Error> {
+        let text = String::deserialize(d)?;
+        DomainId::parse(&text).ok_or_else(|| serde::de::Error::custom("domain id must be 32 lowercase hex digits"))
+    }
+}
+
+/// One message on a peer connection.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Format version ([`VERSION`]).
+    pub v: u8,
+    /// Request id, chosen by the dialer; an answer echoes it.
+    pub id: u64,
+    /// The NodeId the message is for (requests), or the answering node (answers).
+    pub to: NodeId,
+    /// The sender's fencing domain, if it has one.
+    pub domain: Option<DomainId>,
+    /// The message.
+    pub body: Body,
+}
+
+/// A join request of a restarted (or fresh) node (SPEC §8.3).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JoinRequest {
+    /// The joiner's NodeId (new at every process start).
+    pub node_id: NodeId,
+    /// The joiner's addresses (its `--peers` entry and its client address).
+    pub node: NodeInfo,
+}
+
+/// The answer to a [`JoinRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JoinAnswer {
+    /// The leader is replacing the old member at that address by the joiner
+    /// (or the joiner already is a voter).
+    Accepted(DomainId),
+    /// Another replacement is running; ask again later.
+    Busy,
+    /// This node is not the serving leader.
+    NotLeader,
+    /// Refused, with the reason.
+    Refused(String),
+}
+
+/// What a node says about itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerStatus {
+    /// Its NodeId.
+    pub node_id: NodeId,
+    /// Its fencing domain, if any.
+    pub domain: Option<DomainId>,
+    /// Its client (advertise) address.
+    pub client: String,
+    /// Whether its Raft state is initialized (it is or was a member of a domain).
+    pub initialized: bool,
+    /// Its Raft role: `leader`, `follower`, `candidate`, `learner`, `shutdown`.
+    pub role: String,
+    /// The leader it knows.
+    pub leader: Option<NodeId>,
+}
+
+/// The answer to a bootstrap request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BootstrapAnswer {
+    /// The node joined the new domain (it had none).
+    Ok,
+    /// The node already belongs to this domain.
+    AlreadyInDomain(DomainId),
+}
+
+/// Why a message was not processed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Refusal {
+    /// The message was addressed to another NodeId.
+    WrongTarget {
+        /// The NodeId of the node that answers.
+        actual: NodeId,
+    },
+    /// The sender belongs to another fencing domain.
+    WrongDomain,
+    /// Unknown envelope version.
+    BadVersion,
+    /// A request the node cannot serve (an answer sent as a request, or Raft not running).
+    Unsupported,
+}
+
+/// Every message of the peer protocol.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Body {
+    /// Raft AppendEntries.
+    AppendReq(AppendEntriesRequest<TypeConfig>),
+    /// Raft RequestVote.
+    VoteReq(VoteRequest<NodeId>),
+    /// Raft InstallSnapshot (one chunk).
+    SnapshotReq(InstallSnapshotRequest<TypeConfig>),
+    /// Join (SPEC §8.3).
+    JoinReq(JoinRequest),
+    /// Status.
+    StatusReq,
+    /// Bootstrap: join the new domain `domain` (SPEC §8.2).
+    BootstrapReq(DomainId),
+    /// Answer to `AppendReq`.
+    AppendResp(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    /// Answer to `VoteReq`.
+    VoteResp(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    /// Answer to `SnapshotReq`.
+    SnapshotResp(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+    /// Answer to `JoinReq`.
+    JoinResp(JoinAnswer),
+    /// Answer to `StatusReq`.
+    StatusResp(PeerStatus),
+    /// Answer to `BootstrapReq`.
+    BootstrapResp(BootstrapAnswer),
+    /// The request was refused.
+    Refused(Refusal),
+}
+
+/// A peer-protocol failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WireError {
+    /// I/O error or closed connection.
+    Io(String),
+    /// The peer broke the protocol.
+    Protocol(String),
+    /// The handshake was refused (`E <code>`).
+    Refused(String),
+    /// Timed out.
+    Timeout,
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WireError::Io(e) => write!(f, "peer i/o: {e}"),
+            WireError::Protocol(e) => write!(f, "peer protocol violation: {e}"),
+            WireError::Refused(e) => write!(f, "peer refused the handshake: E {e}"),
+            WireError::Timeout => f.write_str("peer timed out"),
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+impl From<std::io::Error> for WireError {
+    fn from(e: std::io::Error) -> WireError {
+        WireError::Io(e.to_string())
+    }
+}
+
+/// Encodes one frame (length prefix + JSON).
+pub fn encode(env: &Envelope) -> Result<Vec<u8>, WireError> {
+    let json = serde_json::to_vec(env).map_err(|e| WireError::Protocol(format!("cannot encode: {e}")))?;
+    if json.is_empty() || json.len() > MAX_FRAME {
+        return Err(WireError::Protocol(format!("frame of {} bytes is out of range", json.len())));
+    }
+    let mut out = Vec::with_capacity(4 + json.len());
+    out.extend_from_slice(&(json.len() as u32).to_be_bytes());
+    out.extend_from_slice(&json);
+    Ok(out)
+}
+
+/// Reads one frame. `Ok(None)` at a clean end of stream before a frame.
+pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Envelope>, WireError> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let n = u32::from_be_bytes(len) as usize;
+    if n == 0 || n > MAX_FRAME {
+        return Err(WireError::Protocol(format!("frame length {n} out of range 1..=16MiB")));
+    }
+    let mut buf = vec![0u8; n];
+    r.read_exact(&mut buf).await?;
+    decode_body(&buf).map(Some)
+}
+
+/// Parses a frame body.
+pub fn decode_body(buf: &[u8]) -> Result<Envelope, WireError> {
+    serde_json::from_slice(buf).map_err(|e| WireError::Protocol(format!("bad message: {e}")))
+}
+
+async fn read_line<R: AsyncBufRead + Unpin>(r: &mut R) -> Result<String, WireError> {
+    let mut line = Vec::new();
+    let mut limited = r.take(MAX_LINE as u64);
+    limited.read_until(b'\n', &mut line).await?;
+    if line.last() != Some(&b'\n') {
+        return Err(if line.len() >= MAX_LINE {
+            WireError::Protocol("handshake line too long".into())
+        } else {
+            WireError::Io("connection closed during the handshake".into())
+        });
+    }
+    line.pop();
+    String::from_utf8(line).map_err(|_| WireError::Protocol("handshake line is not ASCII".into()))
+}
+
+fn domain_text(d: Option<DomainId>) -> String {
+    d.map(|d| d.to_string()).unwrap_or_else(|| "-".to_owned())
+}
+
+/// Accepting side: greeting, AUTH check with the peer token, `OK <domain|-> <node_id> <smac>`.
+pub async fn accept_handshake<R, W>(
+    r: &mut R,
+    w: &mut W,
+    token: &[u8],
+    own_id: NodeId,
+    domain: Option<DomainId>,
+    limit: Duration,
+) -> Result<(), WireError>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let snonce = auth::os_nonce();
+    w.write_all(format!("TICKETING-PEER 1 {}\n", snonce.to_hex_string()).as_bytes()).await?;
+    let line = match tokio::time::timeout(limit, read_line(r)).await {
+        Ok(l) => l?,
+        Err(_) => {
+            let _ = w.write_all(b"E handshake_timeout\n").await;
+            return Err(WireError::Timeout);
+        }
+    };
+    let parts: Vec<&str> = line.split(' ').collect();
+    let parsed = match parts.as_slice() {
+        ["AUTH", c, m] => Hex32::parse(c.as_bytes()).ok().zip(Hex32::parse(m.as_bytes()).ok()),
+        _ => None,
+    };
+    let Some((cnonce, cmac)) = parsed else {
+        let _ = w.write_all(b"E bad_frame\n").await;
+        return Err(WireError::Protocol(format!("expected AUTH, got {line:?}")));
+    };
+    if !auth::verify(token, Label::PeerClient, &snonce, &cnonce, &cmac) {
+        let _ = w.write_all(b"E auth_failed\n").await;
+        return Err(WireError::Refused("auth_failed".into()));
+    }
+    let smac = auth::mac(token, Label::PeerServer, &snonce, &cnonce);
+    w.write_all(format!("OK {} {own_id} {}\n", domain_text(domain), smac.to_hex_string()).as_bytes()).await?;
+    w.flush().await?;
+    Ok(())
+}
+
+/// Dialing side: answers the greeting, verifies the acceptor's proof, and
+/// refuses an acceptor of another domain (`E wrong_domain`). Returns the
+/// acceptor's NodeId and domain.
+pub async fn dial_handshake<R, W>(
+    r: &mut R,
+    w: &mut W,
+    token: &[u8],
+    own_domain: Option<DomainId>,
+) -> Result<(NodeId, Option<DomainId>), WireError>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let greeting = read_line(r).await?;
+    let snonce = match greeting.strip_prefix("TICKETING-PEER 1 ").map(|s| Hex32::parse(s.as_bytes())) {
+        Some(Ok(n)) => n,
+        _ => return Err(WireError::Protocol(format!("bad peer greeting {greeting:?}"))),
+    };
+    let cnonce = auth::os_nonce();
+    let cmac = auth::mac(token, Label::PeerClient, &snonce, &cnonce);
+    w.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), cmac.to_hex_string()).as_bytes()).await?;
+    w.flush().await?;
+    let answer = read_line(r).await?;
+    let parts: Vec<&str> = answer.split(' ').collect();
+    match parts.as_slice() {
+        ["OK", domain, id, smac] => {
+            let domain = match *domain {
+                "-" => None,
+                d => Some(DomainId::parse(d).ok_or_else(|| WireError::Protocol(format!("bad domain {d:?}")))?),
+            };
+            let id: NodeId = id.parse().map_err(|_| WireError::Protocol(format!("bad node id {id:?}")))?;
+            let smac = Hex32::parse(smac.as_bytes()).map_err(|_| WireError::Protocol("bad smac".into()))?;
+            if !auth::verify(token, Label::PeerServer, &snonce, &cnonce, &smac) {
+                return Err(WireError::Refused("auth_failed (the peer's proof does not match)".into()));
+            }
+            if let (Some(mine), Some(theirs)) = (own_domain, domain) {
+                if mine != theirs {
+                    let _ = w.write_all(b"E wrong_domain\n").await;
+                    return Err(WireError::Refused(format!("wrong_domain (peer is in {theirs}, we are in {mine})")));
+                }
+            }
+            Ok((id, domain))
+        }
+        ["E", code, ..] => Err(WireError::Refused((*code).to_owned())),
+        _ => Err(WireError::Protocol(format!("bad handshake answer {answer:?}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{duplex, split, BufReader};
+
+    #[test]
+    fn frame_round_trip_and_layout() {
+        let env = Envelope { v: VERSION, id: 7, to: 42, domain: Some(DomainId(5)), body: Body::StatusReq };
+        let bytes = encode(&env).unwrap();
+        let n = u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize;
+        assert_eq!(n, bytes.len() - 4);
+        let text = std::str::from_utf8(&bytes[4..]).unwrap();
+        assert_eq!(text, r#"{"v":1,"id":7,"to":42,"domain":"00000000000000000000000000000005","body":"StatusReq"}"#);
+        let back = decode_body(&bytes[4..]).unwrap();
+        assert_eq!((back.v, back.id, back.to, back.domain), (1, 7, 42, Some(DomainId(5))));
+    }
+
+    #[tokio::test]
+    async fn bad_frames_are_errors() {
+        let mut zero: &[u8] = &[0, 0, 0, 0];
+        assert!(matches!(read_frame(&mut zero).await, Err(WireError::Protocol(_))));
+        let mut huge: &[u8] = &[0x01, 0x00, 0x00, 0x01];
+        assert!(matches!(read_frame(&mut huge).await, Err(WireError::Protocol(_))));
+        let mut junk: &[u8] = &[0, 0, 0, 3, b'a', b'b', b'c'];
+        assert!(matches!(read_frame(&mut junk).await, Err(WireError::Protocol(_))));
+        let mut empty: &[u8] = &[];
+        assert!(matches!(read_frame(&mut empty).await, Ok(None)));
+    }
+
+    async fn pair(
+        server_token: &'static [u8],
+        client_token: &'static [u8],
+        server_domain: Option<DomainId>,
+        client_domain: Option<DomainId>,
+    ) -> (Result<(), WireError>, Result<(NodeId, Option<DomainId>), WireError>) {
+        let (a, b) = duplex(4096);
+        let (ar, mut aw) = split(a);
+        let (br, mut bw) = split(b);
+        let server = tokio::spawn(async move {
+            let mut ar = BufReader::new(ar);
+            accept_handshake(&mut ar, &mut aw, server_token, 99, server_domain, Duration::from_secs(2)).await
+        });
+        let mut br = BufReader::new(br);
+        let c = dial_handshake(&mut br, &mut bw, client_token, client_domain).await;
+        drop(bw);
+        drop(br);
+        (server.await.unwrap(), c)
+    }
+
+    #[tokio::test]
+    async fn handshake_paths() {
+        let (s, c) = pair(b"t", b"t", Some(DomainId(1)), None).await;
+        assert_eq!(s, Ok(()));
+        assert_eq!(c, Ok((99, Some(DomainId(1)))));
+        let (s, c) = pair(b"", b"", None, Some(DomainId(3))).await;
+        assert_eq!((s, c), (Ok(()), Ok((99, None))));
+        let (s, c) = pair(b"t", b"u", None, None).await;
+        assert_eq!(s, Err(WireError::Refused("auth_failed".into())));
+        assert_eq!(c, Err(WireError::Refused("auth_failed".into())));
+        let (_, c) = pair(b"t", b"t", Some(DomainId(1)), Some(DomainId(2))).await;
+        assert!(matches!(c, Err(WireError::Refused(e)) if e.starts_with("wrong_domain")));
+    }
+}

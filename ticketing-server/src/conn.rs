@@ -1,0 +1,367 @@
+//! One client connection (SPEC §3): greeting and AUTH, decoding requests,
+//! forwarding them to the lock manager, writing answers, following
+//! leadership changes. Generic over the stream, so plain TCP and TLS share it.
+//!
+//! One task per connection. Reads go into a buffer that never holds more
+//! than 512 bytes without an LF (a longer line is `E too_large`); answers
+//! are encoded whole into one outbound buffer that the same task writes, so
+//! frames never interleave. While the outbound buffer is over
+//! [`OUT_HIGH_WATER`] the task stops reading (back-pressure on a client that
+//! does not read its answers). The manager's answers arrive on a bounded
+//! queue with one slot per allowed in-flight request.
+
+use crate::manager::{Answer, ConnId, ManagerHandle, Request};
+use crate::replication::Leadership;
+use bytes::{Buf, BytesMut};
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use ticketing_proto::auth::{self, Label};
+use ticketing_proto::frame::{decode_client, MAX_FRAME};
+use ticketing_proto::{Addr, ClientFrame, ErrorCode, Hex32, Role, ServerFrame};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::time::Instant;
+use tracing::{debug, trace};
+
+/// Stop reading while this many answer bytes wait to be written.
+pub const OUT_HIGH_WATER: usize = 64 * 1024;
+/// How long a fatal `E` line (and what was queued before it) may take to write.
+const FATAL_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+/// After a fatal `E`, how long to read and discard what the client still
+/// sends, so the close is a FIN and not a RST that could destroy the `E`
+/// line in the client's receive buffer.
+const LINGER: Duration = Duration::from_millis(500);
+const LINGER_MAX_BYTES: usize = 1 << 20;
+
+/// What every connection shares.
+pub struct ConnContext {
+    /// The lock manager.
+    pub manager: ManagerHandle,
+    /// This node's view of leadership.
+    pub leadership: watch::Receiver<Leadership>,
+    /// Accepted client tokens; empty = auth off.
+    pub client_tokens: Vec<Vec<u8>>,
+    /// This node's client address as announced in `M`/`L`.
+    pub advertise: Addr,
+    /// In-flight requests allowed per connection.
+    pub max_pending: usize,
+}
+
+/// Why the connection loop ended.
+enum End {
+    /// Write this frame, then close.
+    Fatal(ServerFrame),
+    /// The client closed (or the socket failed): just close.
+    Gone,
+}
+
+struct Conn<'a> {
+    id: ConnId,
+    ctx: &'a ConnContext,
+    snonce: Hex32,
+    authed: bool,
+    registered: bool,
+    in_flight: HashSet<u64>,
+    answers_tx: mpsc::Sender<Answer>,
+    leadership: watch::Receiver<Leadership>,
+    last_leader: Option<Addr>,
+    was_serving: bool,
+    out: BytesMut,
+}
+
+/// Serves one connection until it closes. `handshake_deadline` bounds the
+/// time to a correct AUTH; `shutdown` fires (or closes) when the server stops.
+pub async fn serve<S>(
+    stream: S,
+    id: ConnId,
+    ctx: &ConnContext,
+    handshake_deadline: Instant,
+    mut shutdown: broadcast::Receiver<()>,
+) where
+    S: AsyncRead + AsyncWrite + Send,
+{
+    let (mut rd, mut wr) = tokio::io::split(stream);
+    let (answers_tx, mut answers_rx) = mpsc::channel(ctx.max_pending.saturating_add(8));
+    let snonce = auth::os_nonce();
+    let mut conn = Conn {
+        id,
+        ctx,
+        snonce,
+        authed: false,
+        registered: false,
+        in_flight: HashSet::new(),
+        answers_tx,
+        leadership: ctx.leadership.clone(),
+        last_leader: None,
+        was_serving: false,
+        out: BytesMut::with_capacity(1024),
+    };
+    ServerFrame::Greeting { snonce }.encode(&mut conn.out);
+    let mut inbuf = BytesMut::with_capacity(MAX_FRAME * 2);
+    let mut chunk = [0u8; 4096];
+
+    let end = loop {
+        tokio::select! {
+            biased;
+            _ = shutdown.recv() => {
+                break End::Fatal(ServerFrame::error(ErrorCode::ShuttingDown));
+            }
+            _ = tokio::time::sleep_until(handshake_deadline), if !conn.authed => {
+                break End::Fatal(ServerFrame::error(ErrorCode::HandshakeTimeout));
+            }
+            Some(answer) = answers_rx.recv() => {
+                if let Some(end) = conn.on_answer(answer) {
+                    break end;
+                }
+            }
+            changed = conn.leadership.changed(), if conn.authed => {
+                if changed.is_err() {
+                    break End::Fatal(ServerFrame::error(ErrorCode::ShuttingDown));
+                }
+                if let Some(end) = conn.on_leadership() {
+                    break end;
+                }
+            }
+            res = wr.write_buf(&mut conn.out), if !conn.out.is_empty() => {
+                if let Err(e) = res {
+                    debug!(error = %e, "write failed");
+                    break End::Gone;
+                }
+            }
+            res = rd.read(&mut chunk), if conn.out.len() < OUT_HIGH_WATER => {
+                match res {
+                    Ok(0) => {
+                        debug!("client closed");
+                        break End::Gone;
+                    }
+                    Ok(n) => {
+                        inbuf.extend_from_slice(&chunk[..n]);
+                        if let Some(end) = conn.on_input(&mut inbuf).await {
+                            break end;
+                        }
+                    }
+                    Err(e) => {
+                        debug!(error = %e, "read failed");
+                        break End::Gone;
+                    }
+                }
+            }
+        }
+    };
+
+    // Its waiters leave their queues at once (its grants stay).
+    if conn.registered {
+        ctx.manager.closed(id);
+    }
+    match end {
+        End::Fatal(frame) => {
+            debug!(frame = ?frame, "closing with error");
+            // Answers already committed go out before the `E` line.
+            while let Ok(answer) = answers_rx.try_recv() {
+                if matches!(answer, Answer::Reply { .. }) {
+                    let _ = conn.on_answer(answer);
+                }
+            }
+            frame.encode(&mut conn.out);
+            let out = &mut conn.out;
+            let wrote = tokio::time::timeout(FATAL_WRITE_TIMEOUT, async {
+                wr.write_all_buf(out).await?;
+                wr.flush().await?;
+                wr.shutdown().await
+            })
+            .await;
+            if matches!(wrote, Ok(Ok(()))) {
+                linger(&mut rd).await;
+            }
+        }
+        End::Gone => {
+            let out = &mut conn.out;
+            let _ = tokio::time::timeout(FATAL_WRITE_TIMEOUT, async {
+                wr.write_all_buf(out).await?;
+                wr.shutdown().await
+            })
+            .await;
+        }
+    }
+}
+
+/// Reads and discards until EOF, a pause, or a bound, so closing does not reset.
+async fn linger<R: AsyncRead>(rd: &mut ReadHalf<R>) {
+    let deadline = Instant::now() + LINGER;
+    let mut buf = [0u8; 4096];
+    let mut total = 0usize;
+    while total < LINGER_MAX_BYTES {
+        match tokio::time::timeout_at(deadline, rd.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => total += n,
+            _ => break,
+        }
+    }
+}
+
+impl Conn<'_> {
+    fn send(&mut self, frame: &ServerFrame) {
+        frame.encode(&mut self.out);
+    }
+
+    fn not_serving_frame(&self, l: &Leadership) -> ServerFrame {
+        match &l.leader {
+            Some(addr) if *addr != self.ctx.advertise => ServerFrame::Moved { addr: addr.clone() },
+            _ => ServerFrame::error(ErrorCode::NoLeader),
+        }
+    }
+
+    fn on_answer(&mut self, answer: Answer) -> Option<End> {
+        match answer {
+            Answer::Reply { id, frame } => {
+                self.in_flight.remove(&id.0);
+                trace!(frame = ?frame, "answer");
+                self.send(&frame);
+                None
+            }
+            Answer::Fatal(frame) => Some(End::Fatal(frame)),
+        }
+    }
+
+    fn on_leadership(&mut self) -> Option<End> {
+        let l = self.leadership.borrow_and_update().clone();
+        if self.was_serving && !l.serving {
+            return Some(End::Fatal(self.not_serving_frame(&l)));
+        }
+        self.was_serving = l.serving;
+        if l.leader != self.last_leader {
+            if let Some(addr) = &l.leader {
+                self.send(&ServerFrame::Leader { addr: addr.clone() });
+            }
+            self.last_leader = l.leader;
+        }
+        None
+    }
+
+    /// Handles every complete line in `inbuf`; what is left is shorter than 512 bytes.
+    async fn on_input(&mut self, inbuf: &mut BytesMut) -> Option<End> {
+        loop {
+            match decode_client(inbuf) {
+                Ok(None) => return None,
+                Err(e) => {
+                    debug!(error = %e, "bad input");
+                    return Some(End::Fatal(ServerFrame::error(e.code())));
+                }
+                Ok(Some((frame, used))) => {
+                    inbuf.advance(used);
+                    if let Some(end) = self.on_frame(frame).await {
+                        return Some(end);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn on_frame(&mut self, frame: ClientFrame) -> Option<End> {
+        if !self.authed {
+            return match frame {
+                ClientFrame::Auth { cnonce, cmac } => self.on_auth(cnonce, cmac).await,
+                // A well-formed frame other than AUTH before OK breaks the handshake.
+                _ => Some(End::Fatal(ServerFrame::error(ErrorCode::BadFrame))),
+            };
+        }
+        let read_at = Instant::now();
+        let id = match &frame {
+            ClientFrame::Auth { .. } => return Some(End::Fatal(ServerFrame::error(ErrorCode::BadFrame))),
+            ClientFrame::Acquire { id, .. } | ClientFrame::Release { id, .. } | ClientFrame::Ping { id } => *id,
+        };
+        if self.in_flight.contains(&id.0) {
+            return Some(End::Fatal(ServerFrame::error(ErrorCode::DuplicateId)));
+        }
+        if let ClientFrame::Ping { id } = frame {
+            // Answered at once, on leaders and followers alike.
+            self.send(&ServerFrame::Pong { id });
+            return None;
+        }
+        if self.in_flight.len() >= self.ctx.max_pending {
+            return Some(End::Fatal(ServerFrame::error(ErrorCode::TooManyPending)));
+        }
+        let l = self.leadership.borrow().clone();
+        if !l.serving {
+            return Some(End::Fatal(self.not_serving_frame(&l)));
+        }
+        let conn = self.id;
+        let req = match frame {
+            ClientFrame::Acquire { id, key, owner, wait, lease } => {
+                Request::Acquire { conn, id, key, owner, wait, lease, read_at }
+            }
+            ClientFrame::Release { id, key, owner, token } => Request::Release { conn, id, key, owner, token },
+            ClientFrame::Auth { .. } | ClientFrame::Ping { .. } => unreachable!("handled above"),
+        };
+        self.in_flight.insert(id.0);
+        if self.ctx.manager.send(req).await.is_err() {
+            return Some(End::Fatal(ServerFrame::error(ErrorCode::Internal)));
+        }
+        None
+    }
+
+    async fn on_auth(&mut self, cnonce: Hex32, cmac: Hex32) -> Option<End> {
+        let tokens = &self.ctx.client_tokens;
+        let Some(which) = auth::check_client(tokens, Label::Client, &self.snonce, &cnonce, &cmac) else {
+            debug!("auth failed");
+            return Some(End::Fatal(ServerFrame::error(ErrorCode::AuthFailed)));
+        };
+        let l = self.leadership.borrow_and_update().clone();
+        if !l.active {
+            return Some(End::Fatal(ServerFrame::error(ErrorCode::NotActive)));
+        }
+        let token: &[u8] = which.map(|i| tokens[i].as_slice()).unwrap_or_default();
+        let smac = auth::mac(token, Label::Server, &self.snonce, &cnonce);
+        let role = if l.serving { Role::Leader } else { Role::Follower };
+        self.send(&ServerFrame::Ok { role, smac });
+        let req = Request::Register { conn: self.id, tx: self.answers_tx.clone() };
+        if self.ctx.manager.send(req).await.is_err() {
+            return Some(End::Fatal(ServerFrame::error(ErrorCode::Internal)));
+        }
+        self.registered = true;
+        self.authed = true;
+        self.was_serving = l.serving;
+        if let Some(addr) = &l.leader {
+            self.send(&ServerFrame::Leader { addr: addr.clone() });
+        }
+        self.last_leader = l.leader;
+        debug!(?role, "authenticated");
+        None
+    }
+}
+
+/// Counts a connection in the `connections` gauge while alive.
+pub struct ConnGauge(ManagerHandle);
+
+impl ConnGauge {
+    /// Increments the gauge; the drop decrements it.
+    pub fn new(manager: &ManagerHandle) -> ConnGauge {
+        manager.metrics().connections.fetch_add(1, Ordering::Relaxed);
+        ConnGauge(manager.clone())
+    }
+}
+
+impl Drop for ConnGauge {
+    fn drop(&mut self) {
+        self.0.metrics().connections.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Writes `E overloaded` on a connection refused for the connection limit,
+/// then closes it (bounded in time).
+pub async fn refuse<S>(stream: S)
+where
+    S: AsyncRead + AsyncWrite + Send,
+{
+    let (mut rd, mut wr): (ReadHalf<S>, WriteHalf<S>) = tokio::io::split(stream);
+    let frame = ServerFrame::error(ErrorCode::Overloaded).to_bytes();
+    let wrote = tokio::time::timeout(FATAL_WRITE_TIMEOUT, async {
+        wr.write_all(&frame).await?;
+        wr.flush().await?;
+        wr.shutdown().await
+    })
+    .await;
+    if matches!(wrote, Ok(Ok(()))) {
+        linger(&mut rd).await;
+    }
+}

@@ -1,0 +1,114 @@
+//! The accept loop (mini-redis style): a `Semaphore` bounds the number of
+//! client connections, a `broadcast` tells every connection to stop, and a
+//! completion channel (every connection task holds a sender) tells the
+//! server when the last one is gone.
+
+use crate::conn::{self, ConnContext, ConnGauge};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{broadcast, mpsc, Semaphore};
+use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
+use tracing::{debug, info_span, warn, Instrument};
+
+/// At most this many refused connections are being answered `E overloaded` at once; beyond it they are just closed.
+const MAX_REFUSING: usize = 1024;
+
+/// The accept loop's state.
+pub struct Listener {
+    /// The client port.
+    pub listener: TcpListener,
+    /// One permit per allowed connection (`--max-connections`).
+    pub limit: Arc<Semaphore>,
+    /// TLS on the client port, if configured.
+    pub tls: Option<TlsAcceptor>,
+    /// Dropped (closed) when the server shuts down.
+    pub notify_shutdown: broadcast::Sender<()>,
+    /// Cloned into every connection task; the server waits until all are dropped.
+    pub shutdown_complete: mpsc::Sender<()>,
+    /// Shared by every connection.
+    pub ctx: Arc<ConnContext>,
+    /// Time from accept to a correct AUTH (TLS handshake included).
+    pub handshake_timeout: Duration,
+}
+
+impl Listener {
+    /// Accepts connections until the task is dropped. Accept errors (for
+    /// example running out of file descriptors) are logged and retried after
+    /// a short pause; they never stop the server.
+    pub async fn run(&self) {
+        let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
+        let mut next_id: u64 = 0;
+        loop {
+            let (socket, peer) = match self.listener.accept().await {
+                Ok(pair) => pair,
+                Err(e) => {
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = socket.set_nodelay(true);
+            next_id += 1;
+            let id = next_id;
+            let deadline = Instant::now() + self.handshake_timeout;
+            let tls = self.tls.clone();
+            let Ok(permit) = self.limit.clone().try_acquire_owned() else {
+                debug!(%peer, "connection limit reached");
+                if let Ok(slot) = refusing.clone().try_acquire_owned() {
+                    tokio::spawn(async move {
+                        let _slot = slot;
+                        if let Some(stream) = handshake_tls(tls, socket, deadline).await {
+                            match stream {
+                                Either::Plain(s) => conn::refuse(s).await,
+                                Either::Tls(s) => conn::refuse(*s).await,
+                            }
+                        }
+                    });
+                }
+                continue;
+            };
+            let ctx = self.ctx.clone();
+            let shutdown = self.notify_shutdown.subscribe();
+            let complete = self.shutdown_complete.clone();
+            let span = info_span!("conn", id, %peer);
+            tokio::spawn(
+                async move {
+                    let _permit = permit;
+                    let _complete = complete;
+                    let _gauge = ConnGauge::new(&ctx.manager);
+                    debug!("accepted");
+                    match handshake_tls(tls, socket, deadline).await {
+                        Some(Either::Plain(s)) => conn::serve(s, id, &ctx, deadline, shutdown).await,
+                        Some(Either::Tls(s)) => conn::serve(*s, id, &ctx, deadline, shutdown).await,
+                        None => {}
+                    }
+                    debug!("closed");
+                }
+                .instrument(span),
+            );
+        }
+    }
+}
+
+enum Either {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+/// The TLS handshake (if TLS is on), bounded by the handshake deadline.
+async fn handshake_tls(tls: Option<TlsAcceptor>, socket: TcpStream, deadline: Instant) -> Option<Either> {
+    let Some(acceptor) = tls else { return Some(Either::Plain(socket)) };
+    match tokio::time::timeout_at(deadline, acceptor.accept(socket)).await {
+        Ok(Ok(s)) => Some(Either::Tls(Box::new(s))),
+        Ok(Err(e)) => {
+            debug!(error = %e, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            debug!("TLS handshake timed out");
+            None
+        }
+    }
+}

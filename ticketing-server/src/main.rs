@@ -1,0 +1,64 @@
+//! `ticketing-server`: parse the configuration, bind, serve until SIGTERM or
+//! SIGINT, shut down gracefully and exit 0. Configuration errors exit 2.
+
+#![forbid(unsafe_code)]
+
+use std::io::Write;
+use std::process::ExitCode;
+use ticketing_server::config::Config;
+use ticketing_server::server;
+use tokio::net::TcpListener;
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let config = match Config::load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ticketing-server: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ticketing-server: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        // Signal handlers first, so a SIGTERM right after the ready line is handled.
+        let shutdown = shutdown_signal()?;
+        let listener = TcpListener::bind(&config.listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
+        let local = listener.local_addr()?;
+        // One line on stdout when ready (scripts and tests wait for it).
+        println!("ticketing-server listening on {local}");
+        let _ = std::io::stdout().flush();
+        server::run(config, listener, shutdown).await
+    });
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ticketing-server: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Installs the SIGTERM and SIGINT handlers now; the future completes on either.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).map_err(|e| anyhow::anyhow!("cannot handle SIGTERM: {e}"))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| anyhow::anyhow!("cannot handle SIGINT: {e}"))?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM"),
+            _ = int.recv() => tracing::info!("SIGINT"),
+        }
+    })
+}

@@ -1,0 +1,159 @@
+//! Wiring: picks the replicator (standalone or cluster), starts the lock
+//! manager and the accept loop, and runs the graceful shutdown of SPEC §9:
+//! stop accepting, let in-flight proposals finish, send `E shutting_down` to
+//! every connection, wait (bounded) for the connections to close.
+
+use crate::config::Config;
+use crate::conn::ConnContext;
+use crate::listener::Listener;
+use crate::manager::{self, ManagerHandle, Metrics};
+use crate::replication::{Replicator, Standalone};
+use anyhow::{anyhow, bail, Context, Result};
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use ticketing_proto::Addr;
+use tokio::net::TcpListener;
+use tokio::sync::{broadcast, mpsc, Semaphore};
+use tokio_rustls::TlsAcceptor;
+use tracing::{info, warn};
+
+/// How long shutdown waits for in-flight proposals.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long shutdown waits for connections to close after `E shutting_down`.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The client address announced in `M`/`L`: `--advertise`, else the bound
+/// listen address (so `--listen 127.0.0.1:0` announces the real port).
+pub fn advertise_addr(config: &Config, listener: &TcpListener) -> Result<Addr> {
+    if let Some(a) = &config.advertise {
+        return Ok(a.clone());
+    }
+    let local = listener.local_addr().context("reading the bound address")?;
+    Addr::new(local.to_string()).map_err(|e| anyhow!("bound address {local} is not a valid addr: {e}"))
+}
+
+/// THE ONE SEAM for cluster mode: builds the openraft-backed [`Replicator`]
+/// (peer port, Raft, bootstrap or join) announcing `advertise` to clients.
+pub async fn cluster_replicator(config: &Config, advertise: &Addr) -> Result<Arc<crate::cluster::ClusterReplicator>> {
+    let cfg = crate::cluster::ClusterConfig::from_config(config, advertise.clone())?;
+    Ok(crate::cluster::start(cfg).await?)
+}
+
+/// Runs the server on `listener` until `shutdown` completes, then shuts
+/// down gracefully. Standalone without `--peers`, cluster mode otherwise.
+pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future) -> Result<()> {
+    let advertise = advertise_addr(&config, &listener)?;
+    let (replicator, cluster): (Arc<dyn Replicator>, _) = if config.is_standalone() {
+        (Arc::new(Standalone::new(advertise.clone())), None)
+    } else {
+        let c = cluster_replicator(&config, &advertise).await?;
+        (c.clone(), Some(c))
+    };
+    let manager = manager::spawn(replicator.clone(), config.limits.clone(), Arc::new(Metrics::default()));
+    if let Some(addr) = &config.admin_listen {
+        let admin = TcpListener::bind(addr).await.with_context(|| format!("cannot bind --admin-listen {addr}"))?;
+        let state = crate::admin::AdminState { manager: manager.clone(), replicator: replicator.clone(), cluster };
+        tokio::spawn(async move {
+            if let Err(e) = crate::admin::serve(admin, state).await {
+                warn!(error = %e, "admin HTTP stopped");
+            }
+        });
+    }
+    run_with(&config, listener, advertise, replicator, manager, shutdown).await
+}
+
+/// Like [`run`], with the replicator and manager built by the caller (cluster
+/// mode, tests, the admin server sharing the manager handle).
+pub async fn run_with(
+    config: &Config,
+    listener: TcpListener,
+    advertise: Addr,
+    replicator: Arc<dyn Replicator>,
+    manager: ManagerHandle,
+    shutdown: impl Future,
+) -> Result<()> {
+    let tls = match (&config.tls_cert, &config.tls_key) {
+        (Some(cert), Some(key)) => Some(tls_acceptor(cert, key)?),
+        _ => None,
+    };
+    let ctx = Arc::new(ConnContext {
+        manager: manager.clone(),
+        leadership: replicator.leadership(),
+        client_tokens: config.client_tokens.clone(),
+        advertise: advertise.clone(),
+        max_pending: config.limits.max_pending_per_conn,
+    });
+    let (notify_shutdown, _) = broadcast::channel(1);
+    let (shutdown_complete_tx, mut shutdown_complete_rx) = mpsc::channel::<()>(1);
+    let listener = Listener {
+        listener,
+        limit: Arc::new(Semaphore::new(config.limits.max_connections)),
+        tls,
+        notify_shutdown,
+        shutdown_complete: shutdown_complete_tx,
+        ctx,
+        handshake_timeout: config.handshake_timeout,
+    };
+    info!(
+        advertise = %advertise,
+        mode = if config.is_standalone() { "standalone" } else { "cluster" },
+        tls = listener.tls.is_some(),
+        auth = !config.client_tokens.is_empty(),
+        "serving clients"
+    );
+
+    tokio::select! {
+        _ = listener.run() => {}
+        _ = shutdown => info!("shutdown requested"),
+    }
+
+    // 1. Stop accepting.
+    let Listener { listener: socket, notify_shutdown, shutdown_complete, .. } = listener;
+    drop(socket);
+    // 2. Let in-flight proposals finish so their answers can still go out.
+    if tokio::time::timeout(DRAIN_TIMEOUT, manager.drain()).await.is_err() {
+        warn!("in-flight proposals did not finish in time");
+    }
+    // 3. `E shutting_down` to every connection (closing the broadcast wakes them all).
+    drop(notify_shutdown);
+    drop(shutdown_complete);
+    // 4. Wait for the connections to close.
+    if tokio::time::timeout(CLOSE_TIMEOUT, shutdown_complete_rx.recv()).await.is_err() {
+        warn!("some connections did not close in time");
+    }
+    info!("stopped");
+    Ok(())
+}
+
+/// TLS for the client port from PEM files (rustls 0.23 with the ring provider).
+pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor> {
+    let certs = {
+        let mut reader = std::io::BufReader::new(
+            std::fs::File::open(cert).with_context(|| format!("opening --tls-cert {}", cert.display()))?,
+        );
+        rustls_pemfile::certs(&mut reader)
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(|| format!("reading certificates from {}", cert.display()))?
+    };
+    if certs.is_empty() {
+        bail!("--tls-cert {} holds no PEM certificate", cert.display());
+    }
+    let key = {
+        let mut reader = std::io::BufReader::new(
+            std::fs::File::open(key).with_context(|| format!("opening --tls-key {}", key.display()))?,
+        );
+        rustls_pemfile::private_key(&mut reader)
+            .with_context(|| format!("reading the private key from {}", key.display()))?
+            .ok_or_else(|| anyhow!("--tls-key {} holds no PEM private key", key.display()))?
+    };
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .context("TLS certificate and key do not fit together")?;
+    Ok(TlsAcceptor::from(Arc::new(server)))
+}

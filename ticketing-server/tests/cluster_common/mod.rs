@@ -1,0 +1,261 @@
+//! Shared helpers of the cluster tests: spawn real `ticketing-server`
+//! processes on loopback, a raw line-protocol client, a raw admin HTTP GET.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_ticketing-server");
+
+/// A free loopback port below the kernel's ephemeral range (32768+), so an
+/// outgoing connection of a running node cannot take it between this check
+/// and the node's bind. Distinct within a test binary; spread by process id
+/// across test binaries.
+pub fn free_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = 20_000 + (std::process::id() % 100) * 120;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (base + n % 12_000) as u16;
+        let port = if port >= 32_000 { port - 12_000 } else { port };
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+pub fn log_dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ticketing-cluster-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// One node's fixed addresses and its current process.
+pub struct Node {
+    pub client: u16,
+    pub peer: u16,
+    pub admin: u16,
+    pub child: Option<Child>,
+    pub starts: u32,
+}
+
+impl Node {
+    pub fn client_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.client)
+    }
+}
+
+/// A cluster of real processes; every process is killed on drop.
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+    pub name: String,
+}
+
+impl Cluster {
+    /// Addresses for `n` nodes; nothing started.
+    pub fn new(name: &str, n: usize) -> Cluster {
+        let nodes = (0..n)
+            .map(|_| Node { client: free_port(), peer: free_port(), admin: free_port(), child: None, starts: 0 })
+            .collect();
+        Cluster { nodes, name: name.to_owned() }
+    }
+
+    pub fn peers(&self) -> String {
+        self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.peer)).collect::<Vec<_>>().join(",")
+    }
+
+    /// Starts node `i` (fresh process, new NodeId).
+    pub fn start(&mut self, i: usize, bootstrap: bool) {
+        let peers = self.peers();
+        let node = &mut self.nodes[i];
+        node.starts += 1;
+        let log = log_dir().join(format!("{}-node{}-{}.log", self.name, i, node.starts));
+        let mut cmd = Command::new(BIN);
+        cmd.arg("--listen")
+            .arg(format!("127.0.0.1:{}", node.client))
+            .arg("--advertise")
+            .arg(format!("127.0.0.1:{}", node.client))
+            .arg("--peer-listen")
+            .arg(format!("127.0.0.1:{}", node.peer))
+            .arg("--peers")
+            .arg(&peers)
+            .arg("--admin-listen")
+            .arg(format!("127.0.0.1:{}", node.admin))
+            .env("RUST_LOG", "info")
+            .env_remove("TICKETING_CLIENT_TOKENS")
+            .env_remove("TICKETING_PEER_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap());
+        if bootstrap {
+            cmd.arg("--bootstrap");
+        }
+        node.child = Some(cmd.spawn().expect("spawn ticketing-server"));
+    }
+
+    /// Starts every node, node 0 with `--bootstrap`.
+    pub fn start_all(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.start(i, i == 0);
+        }
+    }
+
+    /// `kill -9` of node `i`; returns when the process is gone.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.nodes[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The exit status of node `i` if it has exited.
+    pub fn try_exit(&mut self, i: usize) -> Option<ExitStatus> {
+        self.nodes[i].child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Indexes of the nodes that answer the handshake with `OK leader`.
+    pub fn leaders(&self) -> Vec<usize> {
+        (0..self.nodes.len())
+            .filter(|&i| self.nodes[i].child.is_some())
+            .filter(|&i| hello(self.nodes[i].client).map(|h| h.ok.starts_with("OK leader")).unwrap_or(false))
+            .collect()
+    }
+
+    /// Waits until exactly one node says `OK leader`; its index.
+    pub fn wait_leader(&self, limit: Duration) -> Option<usize> {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            let l = self.leaders();
+            if l.len() == 1 {
+                return Some(l[0]);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Waits until node `i`'s admin `/status` lists it as a voter.
+    pub fn wait_voter(&self, i: usize, limit: Duration) -> bool {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if let Some(s) = status(self.nodes[i].admin) {
+                let me = s["node_id"].as_u64();
+                let voter = s["members"]
+                    .as_array()
+                    .map(|ms| ms.iter().any(|m| m["id"].as_u64() == me && m["voter"].as_bool() == Some(true)))
+                    .unwrap_or(false);
+                if voter {
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.kill(i);
+        }
+    }
+}
+
+/// An authenticated raw client connection (auth off).
+pub struct Client {
+    pub stream: TcpStream,
+    pub reader: BufReader<TcpStream>,
+    /// The `OK …` line (or the `E …` line that ended the handshake).
+    pub ok: String,
+}
+
+/// Connects and completes the handshake with the empty token.
+pub fn hello(port: u16) -> std::io::Result<Client> {
+    let stream = TcpStream::connect_timeout(&format!("127.0.0.1:{port}").parse().unwrap(), Duration::from_secs(1))?;
+    stream.set_read_timeout(Some(Duration::from_secs(3)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut greeting = String::new();
+    reader.read_line(&mut greeting)?;
+    if !greeting.starts_with("TICKETING 1 ") {
+        return Err(std::io::Error::other(format!("bad greeting {greeting:?}")));
+    }
+    // Auth is off in these tests: any well-formed cmac is accepted.
+    let cnonce = "11".repeat(32);
+    let cmac = "00".repeat(32);
+    (&stream).write_all(format!("AUTH {cnonce} {cmac}\n").as_bytes())?;
+    let mut ok = String::new();
+    reader.read_line(&mut ok)?;
+    Ok(Client { stream, reader, ok: ok.trim_end().to_owned() })
+}
+
+impl Client {
+    pub fn send(&mut self, line: &str) -> std::io::Result<()> {
+        self.stream.write_all(format!("{line}\n").as_bytes())
+    }
+
+    /// The next line that is not an `L` notification ("" on EOF).
+    pub fn answer(&mut self, limit: Duration) -> std::io::Result<String> {
+        self.stream.set_read_timeout(Some(limit))?;
+        loop {
+            let mut l = String::new();
+            let n = self.reader.read_line(&mut l)?;
+            if n == 0 {
+                return Ok(String::new());
+            }
+            let l = l.trim_end().to_owned();
+            if !l.starts_with("L ") {
+                return Ok(l);
+            }
+        }
+    }
+}
+
+/// `GET /status` on an admin port, parsed.
+pub fn status(port: u16) -> Option<serde_json::Value> {
+    let body = http_get(port, "/status")?;
+    serde_json::from_str(&body).ok()
+}
+
+/// A raw HTTP/1.1 GET; the body.
+pub fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut s =
+        TcpStream::connect_timeout(&format!("127.0.0.1:{port}").parse().unwrap(), Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    Some(body.to_owned())
+}
+
+/// Parses `A <id> <key> <owner> <token> <waited_ms>` → token.
+pub fn granted_token(line: &str) -> Option<u64> {
+    let f: Vec<&str> = line.split(' ').collect();
+    if f.len() == 6 && f[0] == "A" {
+        f[4].parse().ok()
+    } else {
+        None
+    }
+}
+
+/// Acquire on a fresh connection to `port`: the answer line (or the handshake's failure).
+pub fn acquire_once(port: u16, key: &str, owner: &str, wait: u32, lease: u32) -> String {
+    match hello(port) {
+        Ok(mut c) if c.ok.starts_with("OK ") => {
+            if c.send(&format!("A 1 {key} {owner} {wait} {lease}")).is_err() {
+                return String::new();
+            }
+            c.answer(Duration::from_secs(u64::from(wait) + 5)).unwrap_or_default()
+        }
+        Ok(c) => c.ok,
+        Err(_) => String::new(),
+    }
+}

@@ -1,0 +1,93 @@
+//! The peer port (SPEC §8.4) seen from outside: the handshake with the peer
+//! token and labels, `OK <domain> <node_id> <smac>`, length-prefixed JSON
+//! envelopes, rejection of a message for another NodeId, and of bad frames.
+
+mod cluster_common;
+use cluster_common::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+use ticketing_proto::auth::{mac, os_nonce, verify, Label};
+use ticketing_proto::Hex32;
+
+fn connect(port: u16) -> (TcpStream, BufReader<TcpStream>, Hex32) {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut greeting = String::new();
+    r.read_line(&mut greeting).unwrap();
+    let snonce = greeting.trim_end().strip_prefix("TICKETING-PEER 1 ").expect(&greeting);
+    (s, r, Hex32::parse(snonce.as_bytes()).unwrap())
+}
+
+fn frame(s: &mut TcpStream, json: &str) {
+    s.write_all(&(json.len() as u32).to_be_bytes()).unwrap();
+    s.write_all(json.as_bytes()).unwrap();
+}
+
+fn read_frame(r: &mut BufReader<TcpStream>) -> serde_json::Value {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).unwrap();
+    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
+    r.read_exact(&mut buf).unwrap();
+    serde_json::from_slice(&buf).unwrap()
+}
+
+#[test]
+fn peer_handshake_target_check_and_bad_frames() {
+    let mut c = Cluster::new("peerproto", 3);
+    c.start_all();
+    c.wait_leader(Duration::from_secs(20)).expect("a leader");
+    let port = c.nodes[1].peer;
+
+    // Wrong peer token.
+    let (mut s, mut r, snonce) = connect(port);
+    let cnonce = os_nonce();
+    let bad = mac(b"wrong", Label::PeerClient, &snonce, &cnonce);
+    s.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), bad.to_hex_string()).as_bytes()).unwrap();
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert_eq!(line, "E auth_failed\n");
+
+    // The right (empty) token; the client label is not accepted as the server's.
+    let (mut s, mut r, snonce) = connect(port);
+    let cnonce = os_nonce();
+    let good = mac(b"", Label::PeerClient, &snonce, &cnonce);
+    s.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), good.to_hex_string()).as_bytes()).unwrap();
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    let f: Vec<&str> = line.trim_end().split(' ').collect();
+    assert_eq!(f.len(), 4, "{line}");
+    assert_eq!(f[0], "OK");
+    assert_eq!(f[1].len(), 32, "a domain id: {line}");
+    let id: u64 = f[2].parse().unwrap();
+    let smac = Hex32::parse(f[3].as_bytes()).unwrap();
+    assert!(verify(b"", Label::PeerServer, &snonce, &cnonce, &smac));
+    assert!(!verify(b"", Label::PeerClient, &snonce, &cnonce, &smac));
+
+    // Status for another NodeId: refused; for this one: answered, id echoed, pipelined.
+    frame(&mut s, &format!(r#"{{"v":1,"id":5,"to":{},"domain":null,"body":"StatusReq"}}"#, id ^ 1));
+    frame(&mut s, &format!(r#"{{"v":1,"id":6,"to":{id},"domain":null,"body":"StatusReq"}}"#));
+    let mut answers = [read_frame(&mut r), read_frame(&mut r)];
+    answers.sort_by_key(|a| a["id"].as_u64());
+    assert_eq!(answers[0]["id"], 5);
+    assert_eq!(answers[0]["body"]["Refused"]["WrongTarget"]["actual"].as_u64(), Some(id));
+    assert_eq!(answers[1]["id"], 6);
+    let st = &answers[1]["body"]["StatusResp"];
+    assert_eq!(st["node_id"].as_u64(), Some(id));
+    assert_eq!(st["domain"].as_str(), Some(f[1]));
+    assert_eq!(st["client"].as_str(), Some(c.nodes[1].client_addr().as_str()));
+
+    // Another domain: refused.
+    frame(&mut s, &format!(r#"{{"v":1,"id":7,"to":{id},"domain":"{}","body":"StatusReq"}}"#, "ab".repeat(16)));
+    assert_eq!(read_frame(&mut r)["body"]["Refused"], "WrongDomain");
+
+    // A zero-length frame ends the connection.
+    s.write_all(&[0, 0, 0, 0]).unwrap();
+    let mut rest = Vec::new();
+    assert_eq!(r.read_to_end(&mut rest).unwrap_or(0), 0);
+
+    // The cluster still works.
+    let leader = c.wait_leader(Duration::from_secs(5)).unwrap();
+    assert!(granted_token(&acquire_once(c.nodes[leader].client, "k", "o", 0, 5)).is_some());
+}

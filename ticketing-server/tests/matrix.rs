@@ -1,0 +1,172 @@
+//! SPEC §4: every row of the request × key state matrix (standalone leader).
+
+mod common;
+use common::*;
+use std::time::Duration;
+
+#[tokio::test]
+async fn acquire_wait0_free_grants() {
+    let s = Server::start();
+    let mut c = s.client().await;
+    let me = owner();
+    c.acquire(1, "free0", &me, 0, 5).await;
+    let (token, waited) = c.expect_grant(1, "free0", &me).await;
+    assert!(token >= 1);
+    assert!(waited < 1000, "{waited}");
+}
+
+#[tokio::test]
+async fn acquire_wait_free_grants() {
+    let s = Server::start();
+    let mut c = s.client().await;
+    let me = owner();
+    c.acquire(1, "freew", &me, 9, 5).await;
+    c.expect_grant(1, "freew", &me).await;
+}
+
+#[tokio::test]
+async fn acquire_wait0_held_is_t_at_once_and_never_queued() {
+    let s = Server::start();
+    let mut h = s.client().await;
+    let me = owner();
+    let token = h.grab(1, "held0", &me, 30).await;
+    let mut c = s.client().await;
+    c.acquire(1, "held0", &owner(), 0, 5).await;
+    c.expect("T 1 held0").await;
+    // Not queued: after the release the key is free, nobody got it.
+    h.release(2, "held0", &me, token).await;
+    h.expect("R 2 held0").await;
+    c.silent(Duration::from_millis(200)).await;
+    let o2 = owner();
+    c.acquire(2, "held0", &o2, 0, 5).await;
+    c.expect_grant(2, "held0", &o2).await;
+}
+
+#[tokio::test]
+async fn acquire_wait_held_queues_and_release_hands_over_in_one_step() {
+    let s = Server::start();
+    let mut h = s.client().await;
+    let me = owner();
+    let t1 = h.grab(1, "hq", &me, 30).await;
+    let mut w = s.client().await;
+    let next = owner();
+    w.acquire(7, "hq", &next, 10, 5).await;
+    w.silent(Duration::from_millis(200)).await;
+    h.release(2, "hq", &me, t1).await;
+    h.expect("R 2 hq").await;
+    let (t2, waited) = w.expect_grant(7, "hq", &next).await;
+    assert!(t2 > t1);
+    assert!((150..5000).contains(&waited), "waited_ms {waited}");
+    // No gap, no contest: a wait=0 acquire right after finds the key held.
+    let mut third = s.client().await;
+    third.acquire(1, "hq", &owner(), 0, 5).await;
+    third.expect("T 1 hq").await;
+}
+
+#[tokio::test]
+async fn waiters_wait_ends_with_t() {
+    let s = Server::start();
+    let mut h = s.client().await;
+    h.grab(1, "wt", &owner(), 30).await;
+    let mut w = s.client().await;
+    w.acquire(3, "wt", &owner(), 1, 5).await;
+    w.expect("T 3 wt").await;
+}
+
+#[tokio::test]
+async fn release_not_matching_is_n() {
+    let s = Server::start();
+    let mut c = s.client().await;
+    let me = owner();
+    // Free key.
+    c.release(1, "nm", &me, 5).await;
+    c.expect("N 1 nm").await;
+    let token = c.grab(2, "nm", &me, 30).await;
+    // Wrong owner, wrong token, wrong key.
+    c.release(3, "nm", &owner(), token).await;
+    c.expect("N 3 nm").await;
+    c.release(4, "nm", &me, token + 1).await;
+    c.expect("N 4 nm").await;
+    c.release(5, "nm2", &me, token).await;
+    c.expect("N 5 nm2").await;
+    // Still held by the real grant.
+    let mut d = s.client().await;
+    d.acquire(1, "nm", &owner(), 0, 5).await;
+    d.expect("T 1 nm").await;
+    // Matching release, then the same release again.
+    c.release(6, "nm", &me, token).await;
+    c.expect("R 6 nm").await;
+    c.release(7, "nm", &me, token).await;
+    c.expect("N 7 nm").await;
+}
+
+#[tokio::test]
+async fn wrong_release_does_not_disturb_the_queue() {
+    let s = Server::start();
+    let mut h = s.client().await;
+    let me = owner();
+    let t1 = h.grab(1, "wq", &me, 30).await;
+    let mut w = s.client().await;
+    let wo = owner();
+    w.acquire(1, "wq", &wo, 10, 5).await;
+    w.silent(Duration::from_millis(100)).await;
+    h.release(2, "wq", &me, t1 + 1).await;
+    h.expect("N 2 wq").await;
+    w.silent(Duration::from_millis(100)).await;
+    h.release(3, "wq", &me, t1).await;
+    h.expect("R 3 wq").await;
+    w.expect_grant(1, "wq", &wo).await;
+}
+
+#[tokio::test]
+async fn closing_connection_leaves_the_queue_but_its_grant_stays() {
+    let s = Server::start();
+    let mut h = s.client().await;
+    let me = owner();
+    let t1 = h.grab(1, "cc", &me, 30).await;
+    // A waiter that goes away...
+    let mut dead = s.client().await;
+    dead.acquire(1, "cc", &owner(), 30, 5).await;
+    dead.send(b"P 2\n").await;
+    dead.expect("P 2").await;
+    // ...and one behind it.
+    let mut live = s.client().await;
+    let lo = owner();
+    live.acquire(1, "cc", &lo, 30, 5).await;
+    live.send(b"P 2\n").await;
+    live.expect("P 2").await;
+    drop(dead);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    h.release(2, "cc", &me, t1).await;
+    h.expect("R 2 cc").await;
+    let (t2, _) = live.expect_grant(1, "cc", &lo).await;
+
+    // The grant of a closed connection stays until released.
+    drop(live);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut c = s.client().await;
+    c.acquire(1, "cc", &owner(), 0, 5).await;
+    c.expect("T 1 cc").await;
+    c.release(2, "cc", &lo, t2).await;
+    c.expect("R 2 cc").await;
+}
+
+#[tokio::test]
+async fn same_owner_and_connection_is_not_reentrant() {
+    let s = Server::start();
+    let mut c = s.client().await;
+    let me = owner();
+    let t1 = c.grab(1, "re", &me, 30).await;
+    c.acquire(2, "re", &me, 0, 5).await;
+    c.expect("T 2 re").await;
+    // It queues behind itself like anyone else and gets the key on release.
+    c.acquire(3, "re", &me, 10, 5).await;
+    c.silent(Duration::from_millis(150)).await;
+    c.release(4, "re", &me, t1).await;
+    let first = c.line().await;
+    let second = c.line().await;
+    let (grant, rel) = if first.starts_with("A ") { (first, second) } else { (second, first) };
+    assert_eq!(rel, "R 4 re");
+    let (t2, _) = parse_grant(&grant, 3, "re", &me);
+    assert!(t2 > t1);
+}
