@@ -96,10 +96,10 @@ pub struct Cli {
     /// Raft heartbeat interval, ms [default: 50].
     #[arg(long, env = "TICKETING_HEARTBEAT_MS", value_name = "MS")]
     pub heartbeat_ms: Option<u64>,
-    /// Raft election timeout lower bound, ms [default: 1170].
+    /// Raft election timeout lower bound, ms [default: 1160].
     #[arg(long, env = "TICKETING_ELECTION_TIMEOUT_MIN_MS", value_name = "MS")]
     pub election_timeout_min_ms: Option<u64>,
-    /// Raft election timeout upper bound, ms [default: 1210].
+    /// Raft election timeout upper bound, ms [default: 1200].
     #[arg(long, env = "TICKETING_ELECTION_TIMEOUT_MAX_MS", value_name = "MS")]
     pub election_timeout_max_ms: Option<u64>,
 }
@@ -237,8 +237,8 @@ impl Default for Config {
             limits: Limits::default(),
             handshake_timeout: Duration::from_secs(5),
             heartbeat_ms: 50,
-            election_timeout_min_ms: 1170,
-            election_timeout_max_ms: 1210,
+            election_timeout_min_ms: 1160,
+            election_timeout_max_ms: 1200,
         }
     }
 }
@@ -439,7 +439,7 @@ mod tests {
         assert_eq!(c.limits, Limits::default());
         assert_eq!(c.handshake_timeout, Duration::from_secs(5));
         assert!(c.is_standalone());
-        assert_eq!((c.heartbeat_ms, c.election_timeout_min_ms, c.election_timeout_max_ms), (50, 1170, 1210));
+        assert_eq!((c.heartbeat_ms, c.election_timeout_min_ms, c.election_timeout_max_ms), (50, 1160, 1200));
     }
 
     #[test]
