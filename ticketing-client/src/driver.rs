@@ -12,6 +12,7 @@ use std::time::Instant;
 use ticketing_proto::broker::{Broker, BrokerEvent, ConnId, Failure, Grant, OpId};
 use ticketing_proto::lane::Purpose;
 use ticketing_proto::params::AcquireParams;
+use ticketing_proto::session::CloseReason;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
@@ -44,6 +45,14 @@ pub(crate) enum Cmd {
         deadline: Instant,
         reply: oneshot::Sender<bool>,
     },
+    /// A snapshot of the pool's state.
+    Status {
+        reply: oneshot::Sender<crate::Status>,
+    },
+    /// Answered once every slot's first connection attempt has settled (or the broker is closed).
+    WaitSettled {
+        reply: oneshot::Sender<()>,
+    },
     Close {
         reply: oneshot::Sender<()>,
     },
@@ -52,6 +61,8 @@ pub(crate) enum Cmd {
 enum Io {
     Data(ConnId, Bytes),
     Lost(ConnId),
+    /// The transport could not be opened (TCP connect or TLS handshake): `addr: error`.
+    Failed(ConnId, String),
 }
 
 trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -71,6 +82,9 @@ struct Driver {
     by_cid: HashMap<u64, OpId>,
     releases: HashMap<OpId, oneshot::Sender<Result<bool, Failure>>>,
     ready_waiters: Vec<(Instant, oneshot::Sender<bool>)>,
+    settle_waiters: Vec<oneshot::Sender<()>>,
+    /// The last transport failure (connect or TLS), for `Status`.
+    last_error: Option<String>,
     close_waiters: Vec<oneshot::Sender<()>>,
     finished: bool,
 }
@@ -87,6 +101,8 @@ pub(crate) async fn run(broker: Broker, tls: Option<Arc<ClientConfig>>, mut cmds
         by_cid: HashMap::new(),
         releases: HashMap::new(),
         ready_waiters: Vec::new(),
+        settle_waiters: Vec::new(),
+        last_error: None,
         close_waiters: Vec::new(),
         finished: false,
     };
@@ -115,6 +131,10 @@ pub(crate) async fn run(broker: Broker, tls: Option<Arc<ClientConfig>>, mut cmds
             Some(io) = io_rx.recv() => match io {
                 Io::Data(conn, bytes) => d.broker.handle_input(Instant::now(), conn, &bytes),
                 Io::Lost(conn) => d.broker.handle_conn_lost(Instant::now(), conn),
+                Io::Failed(conn, error) => {
+                    d.last_error = Some(error);
+                    d.broker.handle_conn_lost(Instant::now(), conn);
+                }
             },
             _ = sleep => {
                 let now = Instant::now();
@@ -165,6 +185,16 @@ impl Driver {
                     self.ready_waiters.push((deadline, reply));
                 }
             }
+            Cmd::WaitSettled { reply } => self.settle_waiters.push(reply),
+            Cmd::Status { reply } => {
+                let _ = reply.send(crate::Status {
+                    ready: self.broker.is_ready(),
+                    leader: self.broker.leader_hint().map(str::to_owned),
+                    auth_failed: self.broker.auth_failing(),
+                    settled: self.broker.first_attempts_settled(),
+                    last_error: self.last_error.clone(),
+                });
+            }
             Cmd::Close { reply } => {
                 self.close_waiters.push(reply);
                 self.broker.close(now);
@@ -206,6 +236,11 @@ impl Driver {
                 let _ = w.send(true);
             }
         }
+        if self.broker.first_attempts_settled() || self.broker.is_closed() {
+            for w in self.settle_waiters.drain(..) {
+                let _ = w.send(());
+            }
+        }
     }
 
     fn on_event(&mut self, ev: BrokerEvent) {
@@ -244,6 +279,22 @@ impl Driver {
             }
             BrokerEvent::SessionEnded { conn, addr, reason } => {
                 debug!(conn = conn.0, %addr, ?reason, "session ended");
+                let why = match reason {
+                    CloseReason::HandshakeTimeout => {
+                        Some("no handshake within 5 s (TLS mismatch? check the tls option on both sides)".to_owned())
+                    }
+                    CloseReason::AuthFailed => {
+                        Some("authentication failed (wrong token, or the server could not prove it knows it)".into())
+                    }
+                    CloseReason::NotActive => Some("the node is not active (it belongs to no fencing domain)".into()),
+                    CloseReason::NoLeader => Some("the node knows no leader".into()),
+                    CloseReason::ServerError(code) => Some(format!("server error {code:?}")),
+                    CloseReason::Protocol(why) => Some(format!("protocol violation by the server: {why}")),
+                    _ => None,
+                };
+                if let Some(why) = why {
+                    self.last_error = Some(format!("{addr}: {why}"));
+                }
             }
             BrokerEvent::Closed => {
                 for w in self.close_waiters.drain(..) {
@@ -270,7 +321,7 @@ async fn connection(
         Ok(s) => s,
         Err(e) => {
             debug!(conn = conn.0, %addr, error = %e, "connect failed");
-            let _ = io.send(Io::Lost(conn));
+            let _ = io.send(Io::Failed(conn, format!("{addr}: {e}")));
             return;
         }
     };
@@ -309,13 +360,16 @@ async fn connection(
 }
 
 async fn open(addr: &str, tls: Option<Arc<ClientConfig>>) -> std::io::Result<Box<dyn Stream>> {
-    let tcp = TcpStream::connect(addr).await?;
+    let tcp = TcpStream::connect(addr).await.map_err(|e| std::io::Error::new(e.kind(), format!("connect: {e}")))?;
     let _ = tcp.set_nodelay(true);
     match tls {
         None => Ok(Box::new(tcp)),
         Some(config) => {
             let name = tls::server_name(addr).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-            let stream = tokio_rustls::TlsConnector::from(config).connect(name, tcp).await?;
+            let stream = tokio_rustls::TlsConnector::from(config)
+                .connect(name, tcp)
+                .await
+                .map_err(|e| std::io::Error::new(e.kind(), format!("tls handshake: {e}")))?;
             Ok(Box::new(stream))
         }
     }

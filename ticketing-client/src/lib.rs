@@ -217,10 +217,37 @@ impl Drop for CancelGuard {
 }
 
 impl TicketBroker {
-    /// A broker for one address (two connections to it). Does not wait for a
-    /// connection; see [`TicketBroker::wait_ready`].
+    /// A broker for one address (two connections to it). Resolves once the
+    /// first connection attempts have settled — ready, or failed (refused,
+    /// auth failure, or the 5 s handshake limit) — and returns the broker
+    /// either way: a dead connection never breaks the broker, it keeps
+    /// reconnecting with backoff. Only a bad address is an error
+    /// ([`Error::InvalidArgument`]).
     pub async fn connect(addr: &str) -> Result<TicketBroker> {
-        TicketBroker::builder([addr]).build()
+        let broker = TicketBroker::builder([addr]).build()?;
+        broker.settled().await;
+        Ok(broker)
+    }
+
+    /// A snapshot of the pool: whether a request could be routed now, the
+    /// leader hint, and whether authentication is what failed. `None` once
+    /// the broker is closed.
+    pub async fn status(&self) -> Option<Status> {
+        if self.shared.closed.load(Ordering::SeqCst) {
+            return None;
+        }
+        let (reply, rx) = oneshot::channel();
+        self.shared.send(Cmd::Status { reply }).ok()?;
+        rx.await.ok()
+    }
+
+    /// Waits until every connection's first attempt since the broker was
+    /// built has settled (at most about 5 s, the handshake limit).
+    async fn settled(&self) {
+        let (reply, rx) = oneshot::channel();
+        if self.shared.send(Cmd::WaitSettled { reply }).is_ok() {
+            let _ = rx.await;
+        }
     }
 
     /// A builder for several addresses (`host:port`; also the leader-hint allowlist).
@@ -250,6 +277,11 @@ impl TicketBroker {
     /// queue (0 = one immediate attempt; also the budget for finding a
     /// connection); `lease`: 1–250 s; `budget`: the least work time the
     /// ticket must leave (0–lease). Fractions round up to whole seconds.
+    ///
+    /// First-attempt grace: right after the broker is built, while its first
+    /// connection attempts are still in progress (at most the 5 s handshake
+    /// limit), an acquire waits for them even past its `wait`, so building a
+    /// broker and acquiring at once with `wait` 0 works.
     ///
     /// `Ok(None)`: not granted within `wait` (`T`). Errors: [`Error::Busy`],
     /// [`Error::Indeterminate`], [`Error::InsufficientTime`],
@@ -300,6 +332,23 @@ impl TicketBroker {
             let _ = rx.await;
         }
     }
+}
+
+/// A snapshot of a broker's connection pool ([`TicketBroker::status`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Status {
+    /// A request could be routed now (a ready connection that is not a known follower).
+    pub ready: bool,
+    /// The leader hint: a configured address (from `OK leader`, `M` or `L`).
+    pub leader: Option<String>,
+    /// Some connection's last handshake failed authentication.
+    pub auth_failed: bool,
+    /// Every connection's first attempt since the broker was built has settled.
+    pub settled: bool,
+    /// The last transport failure (TCP connect or TLS handshake), as
+    /// `host:port: error`, e.g. an unknown certificate issuer.
+    pub last_error: Option<String>,
 }
 
 /// A granted lock. Release it with [`Ticket::release`]; dropping an

@@ -27,6 +27,11 @@
 //!   ready connections that are not known followers; never a known follower;
 //! - an acquire that finds no connection waits within its `wait` budget
 //!   (then `Unavailable`, or `AuthFailed` when authentication is what failed);
+//!   **first-attempt grace:** while any slot's first connection attempt since
+//!   the broker was built is still in progress (bounded by the 5 s handshake
+//!   limit), an acquire with no route keeps waiting even past its budget, so
+//!   "build, then acquire with `wait` 0" works; once every first attempt has
+//!   settled (ready or failed) the budget rule applies again;
 //!   an unsent acquire is re-routed when its session dies; a possibly-sent one
 //!   ends `Indeterminate` and is never resent;
 //! - the conservative deadline check (§6.3 step 4), compensations through the
@@ -253,6 +258,9 @@ struct Slot {
     conn: Option<Conn>,
     step: u32,
     auth_failed: bool,
+    /// The slot's first connection attempt since the broker was built has not
+    /// settled yet (neither ready nor failed).
+    first_attempt: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -296,6 +304,8 @@ pub struct Broker {
     timers: TimerTable<Timer>,
     events: VecDeque<BrokerEvent>,
     phase: Phase,
+    /// The last first attempt just settled: overdue waiting acquires must be expired.
+    grace_ended: bool,
 }
 
 impl fmt::Debug for Broker {
@@ -320,7 +330,10 @@ impl Broker {
         if addrs.len() == 1 {
             addrs.push(addrs[0].clone());
         }
-        let slots = addrs.into_iter().map(|addr| Slot { addr, conn: None, step: 0, auth_failed: false }).collect();
+        let slots = addrs
+            .into_iter()
+            .map(|addr| Slot { addr, conn: None, step: 0, auth_failed: false, first_attempt: true })
+            .collect();
         let lane = Lane::new(config.lane_capacity);
         let mut b = Broker {
             config,
@@ -338,6 +351,7 @@ impl Broker {
             timers: TimerTable::new(),
             events: VecDeque::new(),
             phase: Phase::Open,
+            grace_ended: false,
         };
         for i in 0..b.slots.len() {
             b.connect(now, i);
@@ -348,6 +362,19 @@ impl Broker {
     /// True when a request could be routed now (a ready connection that is not a known follower).
     pub fn is_ready(&self) -> bool {
         self.slots.iter().any(|s| matches!(&s.conn, Some(c) if c.session.is_ready() && c.role != Some(Role::Follower)))
+    }
+
+    /// True once every slot's first connection attempt since the broker was
+    /// built has settled (its handshake completed, or it failed). Until then
+    /// acquires without a route wait past their budget (first-attempt grace).
+    pub fn first_attempts_settled(&self) -> bool {
+        !self.in_grace()
+    }
+
+    /// True when some slot's last handshake failed authentication (a wrong
+    /// token, or a server that could not prove it knows it).
+    pub fn auth_failing(&self) -> bool {
+        self.slots.iter().any(|s| s.auth_failed)
     }
 
     /// The current leader hint, if any.
@@ -390,7 +417,7 @@ impl Broker {
         self.waiting.push_back(op);
         self.timers.set(Timer::Budget(op), budget_deadline);
         self.dispatch(now);
-        if self.ops.get(&op).map(|o| o.state) == Some(OpState::Waiting) && budget_deadline <= now {
+        if self.ops.get(&op).map(|o| o.state) == Some(OpState::Waiting) && budget_deadline <= now && !self.in_grace() {
             self.expire_waiting(op);
         }
         op
@@ -499,6 +526,7 @@ impl Broker {
         }
         self.after_session(now, slot);
         self.dispatch(now);
+        self.after_grace(now);
     }
 
     /// Transport `conn` ended (EOF, I/O error, connect or TLS failure).
@@ -509,6 +537,7 @@ impl Broker {
         }
         self.after_session(now, slot);
         self.dispatch(now);
+        self.after_grace(now);
     }
 
     /// Fires every timer due at `now`.
@@ -532,7 +561,9 @@ impl Broker {
                     if self.ops.get(&op).map(|o| o.state) == Some(OpState::Waiting) {
                         // One last chance: a connection may be ready right now.
                         self.dispatch(now);
-                        if self.ops.get(&op).map(|o| o.state) == Some(OpState::Waiting) {
+                        // During the first-attempt grace it keeps waiting; the end of
+                        // the grace expires it (`after_grace`).
+                        if self.ops.get(&op).map(|o| o.state) == Some(OpState::Waiting) && !self.in_grace() {
                             self.expire_waiting(op);
                         }
                     }
@@ -546,6 +577,7 @@ impl Broker {
             }
         }
         self.dispatch(now);
+        self.after_grace(now);
     }
 
     /// Bytes to write on one transport. Call after every mutation until `None`.
@@ -574,6 +606,36 @@ impl Broker {
     }
 
     // -- internals ----------------------------------------------------------
+
+    /// Some slot's first connection attempt is still in progress.
+    fn in_grace(&self) -> bool {
+        self.phase == Phase::Open && self.slots.iter().any(|s| s.first_attempt)
+    }
+
+    /// Marks the first attempt of `slot` as settled (ready or failed).
+    fn settle_first_attempt(&mut self, slot: usize) {
+        if std::mem::replace(&mut self.slots[slot].first_attempt, false) && !self.in_grace() {
+            self.grace_ended = true;
+        }
+    }
+
+    /// When the first-attempt grace has just ended: waiting acquires whose
+    /// budget is already spent get their last routing chance, then fail.
+    fn after_grace(&mut self, now: Instant) {
+        if !std::mem::take(&mut self.grace_ended) {
+            return;
+        }
+        self.dispatch(now);
+        let overdue: Vec<OpId> = self
+            .waiting
+            .iter()
+            .copied()
+            .filter(|op| self.ops.get(op).map(|a| a.budget_deadline <= now).unwrap_or(false))
+            .collect();
+        for op in overdue {
+            self.expire_waiting(op);
+        }
+    }
 
     fn alloc_op(&mut self) -> OpId {
         let op = OpId(self.next_op);
@@ -619,6 +681,7 @@ impl Broker {
             match ev {
                 SessionEvent::Ready { role } => {
                     c.role = Some(role);
+                    self.settle_first_attempt(slot);
                     let s = &mut self.slots[slot];
                     s.step = 0;
                     s.auth_failed = false;
@@ -689,6 +752,7 @@ impl Broker {
     }
 
     fn on_session_closed(&mut self, now: Instant, slot: usize, conn: ConnId, closed: Closed) {
+        self.settle_first_attempt(slot);
         self.timers.clear(Timer::Session(conn));
         self.conn_slot.remove(&conn);
         self.slots[slot].conn = None;
@@ -759,7 +823,7 @@ impl Broker {
                 self.timers.clear(Timer::Budget(op));
                 self.events.push_back(BrokerEvent::Acquired { op, result: Err(Failure::AuthFailed) });
             }
-        } else {
+        } else if !self.in_grace() {
             // Give them one routing attempt first (another connection may be ready).
             self.dispatch(now);
             for op in expired {
@@ -767,6 +831,8 @@ impl Broker {
                     self.expire_waiting(op);
                 }
             }
+        } else {
+            self.dispatch(now);
         }
         self.sync_lane_timer();
     }

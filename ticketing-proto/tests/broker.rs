@@ -526,6 +526,107 @@ fn acquire_waits_for_a_connection_and_sends_only_the_budget_left() {
     assert_eq!(w.result(op), None);
 }
 
+// ---------------------------------------------------------------- first-attempt grace
+
+impl World {
+    /// The silent server at `addr` starts serving as `role` and greets its open connections now.
+    fn greet(&mut self, addr: &str, role: &'static str) {
+        self.modes.insert(addr.into(), serve(role));
+        let conns: Vec<ConnId> = self.open_conns().into_iter().filter(|c| self.conns[c].addr == addr).collect();
+        for c in conns {
+            let s = self.conns[&c].snonce;
+            self.send(c, &format!("TICKETING 1 {}\n", s.to_hex_string()));
+        }
+    }
+
+    fn acquire_wait_sent(&self) -> u8 {
+        match self.all_requests().into_iter().rev().find(|(_, f)| matches!(f, ClientFrame::Acquire { .. })) {
+            Some((_, ClientFrame::Acquire { wait, .. })) => wait,
+            _ => panic!("no acquire seen"),
+        }
+    }
+}
+
+#[test]
+fn wait_zero_right_after_build_waits_for_the_first_handshake() {
+    let mut w = World::new(&[A], &[(A, Mode::Silent)]);
+    assert!(!w.b.first_attempts_settled());
+    let op = w.acquire("k", 0.0, 10.0, 0.0);
+    w.run_for(ms(300));
+    assert_eq!(w.result(op), None, "the first attempts are still in progress: keep waiting past the budget");
+    w.greet(A, "leader");
+    assert!(w.b.first_attempts_settled());
+    assert_eq!(w.acquires_seen(), 1);
+    assert_eq!(w.acquire_wait_sent(), 0, "the budget is spent: one immediate attempt");
+    let (conn, id, _, owner) = w.last_acquire();
+    w.send(conn, &format!("A {id} k {owner} 11 0\n"));
+    assert_eq!(w.result(op).unwrap().unwrap().unwrap().token.get(), 11);
+}
+
+#[test]
+fn grace_ends_with_the_handshake_limit_then_unavailable() {
+    let mut w = World::new(&[A], &[(A, Mode::Silent)]);
+    let op = w.acquire("k", 2.0, 10.0, 0.0);
+    w.run_for(ms(4999));
+    assert_eq!(w.result(op), None, "beyond its 2 s budget while the first handshake runs");
+    w.run_for(ms(1));
+    assert!(w.b.first_attempts_settled());
+    assert_eq!(w.result(op), Some(Err(Failure::Unavailable)), "at the 5 s handshake limit");
+    assert_eq!(w.acquires_seen(), 0);
+}
+
+#[test]
+fn refused_first_attempts_settle_the_grace_at_once() {
+    let mut w = World::new(&[A], &[(A, Mode::Silent)]);
+    let op = w.acquire("k", 0.0, 10.0, 0.0);
+    assert_eq!(w.result(op), None);
+    let conns = w.open_conns();
+    w.hang_up(conns[0]);
+    assert_eq!(w.result(op), None, "the other first attempt is still in progress");
+    w.hang_up(conns[1]);
+    assert_eq!(w.result(op), Some(Err(Failure::Unavailable)));
+    assert_eq!(w.elapsed(), Duration::ZERO, "a dead address fails fast");
+    // After the grace the plain budget rule applies: no waiting for reconnects.
+    let op = w.acquire("k", 0.0, 10.0, 0.0);
+    assert_eq!(w.result(op), Some(Err(Failure::Unavailable)));
+}
+
+#[test]
+fn grace_waits_for_every_slot_and_ends_on_the_first_route() {
+    // A refuses at once; B's handshake is slow. The acquire waits for B.
+    let mut w = World::new(&[A, B], &[(A, Mode::Refuse), (B, Mode::Silent)]);
+    assert!(!w.b.first_attempts_settled());
+    let op = w.acquire("k", 1.0, 10.0, 0.0);
+    w.run_for(ms(1500));
+    assert_eq!(w.result(op), None);
+    w.greet(B, "leader");
+    assert_eq!(w.acquires_seen(), 1);
+    assert_eq!(w.acquire_wait_sent(), 0);
+    let (conn, id, _, _) = w.last_acquire();
+    w.send(conn, &format!("T {id} k\n"));
+    assert_eq!(w.result(op), Some(Ok(None)));
+}
+
+#[test]
+fn grace_settled_by_a_follower_only_is_unavailable() {
+    let mut w = World::new(&[A], &[(A, Mode::Silent)]);
+    let op = w.acquire("k", 0.0, 10.0, 0.0);
+    w.run_for(ms(100));
+    w.greet(A, "follower");
+    assert_eq!(w.result(op), Some(Err(Failure::Unavailable)), "settled, no route, budget spent");
+    assert_eq!(w.acquires_seen(), 0);
+}
+
+#[test]
+fn acquire_within_budget_is_unaffected_by_the_grace() {
+    let mut w = World::new(&[A], &[(A, Mode::Silent)]);
+    let op = w.acquire("k", 5.0, 10.0, 0.0);
+    w.run_for(ms(1000));
+    w.greet(A, "leader");
+    assert_eq!(w.acquire_wait_sent(), 4, "5 s budget, 1 s used");
+    assert_eq!(w.result(op), None);
+}
+
 // ---------------------------------------------------------------- §6.3 step 4
 
 #[test]

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use ticketing_proto::auth::{self, Label};
 use ticketing_proto::frame::Hex32;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 /// One thing the fake does in answer to a request.
@@ -147,6 +147,32 @@ impl Fake {
         Fake { addr, rec, task }
     }
 
+    /// A fake speaking TLS (rustls `config`) on 127.0.0.1:0. A client that
+    /// does not complete the TLS handshake within 300 ms is hung up on.
+    pub async fn start_tls(b: Behavior, config: Arc<rustls::ServerConfig>) -> Fake {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let rec = Arc::new(Mutex::new(Record::default()));
+        let b = Arc::new(b);
+        let r2 = rec.clone();
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        let task = tokio::spawn(async move {
+            let mut n = 0usize;
+            while let Ok((stream, _)) = listener.accept().await {
+                r2.lock().unwrap().accepted.push(Instant::now());
+                let (acceptor, b, r2) = (acceptor.clone(), b.clone(), r2.clone());
+                tokio::spawn(async move {
+                    if let Ok(Ok(tls)) = tokio::time::timeout(Duration::from_millis(300), acceptor.accept(stream)).await
+                    {
+                        serve(tls, n, b, r2).await;
+                    }
+                });
+                n += 1;
+            }
+        });
+        Fake { addr, rec, task }
+    }
+
     /// Request lines (A and R) in arrival order.
     pub fn requests(&self) -> Vec<Req> {
         self.rec
@@ -188,11 +214,14 @@ impl Fake {
     }
 }
 
-async fn serve(stream: TcpStream, conn: usize, b: Arc<Behavior>, rec: Arc<Mutex<Record>>) {
+async fn serve<S>(stream: S, conn: usize, b: Arc<Behavior>, rec: Arc<Mutex<Record>>)
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
     if b.hang_up_at_once {
         return;
     }
-    let (rd, mut wr) = stream.into_split();
+    let (rd, mut wr) = tokio::io::split(stream);
     let (tx, mut rx) = mpsc::unbounded_channel::<Option<String>>();
     let writer = tokio::spawn(async move {
         while let Some(Some(l)) = rx.recv().await {
@@ -266,6 +295,35 @@ async fn serve(stream: TcpStream, conn: usize, b: Arc<Behavior>, rec: Arc<Mutex<
     rec.lock().unwrap().eof.push(conn);
     let _ = tx.send(None);
     let _ = writer.await;
+}
+
+/// A test PKI: a CA and a server certificate for 127.0.0.1 / localhost signed by it.
+pub struct Pki {
+    /// The CA certificate (PEM).
+    pub ca_pem: String,
+    /// A server configuration presenting the signed certificate.
+    pub server: Arc<rustls::ServerConfig>,
+}
+
+/// A fresh [`Pki`] (rcgen).
+pub fn pki() -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params.distinguished_name.push(DnType::CommonName, "ticketing test CA");
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let leaf_params = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = leaf_params.signed_by(&leaf_key, &ca, &ca_key).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
+    let server = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf.der().clone(), ca.der().clone()], key)
+        .unwrap();
+    Pki { ca_pem: ca.pem(), server: Arc::new(server) }
 }
 
 /// A broker for `addr` with the empty token, ready.

@@ -1,0 +1,333 @@
+//! `ticketing`: run a command while holding a Ticketing lock, or check a server.
+//!
+//! ```text
+//! ticketing [--addr HOST:PORT]... [--token-file F] [--tls MODE] lock KEY --wait S --lease S [--budget S] -- CMD ARGS...
+//! ticketing [--addr HOST:PORT]... [--token-file F] [--tls MODE] ping [--timeout S]
+//! ```
+//!
+//! Exit codes (also in `docs/client.md`): CMD's own status once it ran, else
+//! 64 usage / invalid argument, 69 unavailable, 70 internal, 75 not granted
+//! within `--wait` (`T`), 76 busy (`B`), 77 indeterminate, 78 insufficient
+//! time, 79 the lease ran out while CMD ran (CMD got SIGTERM), 80 auth failed,
+//! 126 CMD could not be run, 127 CMD not found.
+#![forbid(unsafe_code)]
+
+use clap::{Args, Parser, Subcommand};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use ticketing_client::{Error, Ticket, TicketBroker, Tls};
+use tokio::signal::unix::{signal, SignalKind};
+
+/// Exit codes of `ticketing` (documented in docs/client.md).
+mod code {
+    pub const OK: u8 = 0;
+    pub const USAGE: u8 = 64;
+    pub const UNAVAILABLE: u8 = 69;
+    pub const INTERNAL: u8 = 70;
+    pub const TIMEOUT: u8 = 75;
+    pub const BUSY: u8 = 76;
+    pub const INDETERMINATE: u8 = 77;
+    pub const INSUFFICIENT_TIME: u8 = 78;
+    pub const LEASE_LOST: u8 = 79;
+    pub const AUTH_FAILED: u8 = 80;
+    pub const CANNOT_RUN: u8 = 126;
+    pub const NOT_FOUND: u8 = 127;
+}
+
+/// Run a command while holding a Ticketing lock (the Ticketing answer to
+/// `etcdctl lock` and `consul lock`), or check a server with `ping`.
+#[derive(Debug, Parser)]
+#[command(name = "ticketing", version)]
+struct Cli {
+    /// Server address host:port; repeat for a cluster; the env var is comma-separated.
+    #[arg(
+        long = "addr",
+        value_name = "HOST:PORT",
+        global = true,
+        env = "TICKETING_ADDR",
+        value_delimiter = ',',
+        default_value = "127.0.0.1:5225"
+    )]
+    addrs: Vec<String>,
+    /// File holding the client token on its first line.
+    /// The token is never taken from the command line. Without it: no token.
+    #[arg(long, value_name = "FILE", global = true, env = "TICKETING_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
+    /// TLS: off, system-roots, insecure-skip-verify, or the path of a CA file (PEM).
+    #[arg(long, value_name = "MODE", global = true, env = "TICKETING_TLS", default_value = "off")]
+    tls: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Acquire KEY, run CMD with TICKETING_TOKEN, TICKETING_KEY and
+    /// TICKETING_DEADLINE_MS in its environment, release, exit with CMD's status.
+    /// CMD gets SIGTERM when the lock's conservative deadline passes (exit 79).
+    Lock(LockArgs),
+    /// Connect, wait until a request could be routed, report the leader and the time it took.
+    Ping(PingArgs),
+}
+
+#[derive(Debug, Args)]
+struct LockArgs {
+    /// The lock's key (1-250 visible ASCII bytes, no space).
+    key: String,
+    /// Seconds to wait in the server's queue (0-255; 0 = one immediate attempt). Fractions round up.
+    #[arg(long, value_name = "SECS")]
+    wait: f64,
+    /// Lease in seconds (1-250). Fractions round up.
+    #[arg(long, value_name = "SECS")]
+    lease: f64,
+    /// Least work time the lock must leave when granted (0-lease), else exit 78.
+    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
+    budget: f64,
+    /// After the SIGTERM sent at the deadline, send SIGKILL if CMD still runs this many seconds later
+    /// (default: never).
+    #[arg(long, value_name = "SECS")]
+    kill_after: Option<f64>,
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct PingArgs {
+    /// Seconds to wait for a ready connection.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    timeout: f64,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { code::USAGE } else { code::OK });
+        }
+    };
+    let status = ticketing_client::runtime().block_on(run(cli));
+    ExitCode::from(status)
+}
+
+/// A usage error: message on stderr, exit 64.
+fn usage(msg: impl std::fmt::Display) -> u8 {
+    eprintln!("ticketing: {msg}");
+    code::USAGE
+}
+
+fn seconds(name: &str, v: f64) -> Result<Duration, u8> {
+    Duration::try_from_secs_f64(v).map_err(|_| usage(format!("--{name} must be a finite number of seconds >= 0")))
+}
+
+async fn run(cli: Cli) -> u8 {
+    let broker = match connect(&cli) {
+        Ok(b) => b,
+        Err(c) => return c,
+    };
+    let status = match cli.command {
+        Command::Lock(args) => lock(&broker, args).await,
+        Command::Ping(args) => ping(&broker, args).await,
+    };
+    broker.close().await;
+    status
+}
+
+fn connect(cli: &Cli) -> Result<TicketBroker, u8> {
+    let tls: Tls = cli.tls.parse().map_err(usage)?;
+    let mut builder = TicketBroker::builder(cli.addrs.iter().map(|a| a.trim().to_owned())).tls(tls);
+    if let Some(path) = &cli.token_file {
+        builder = builder.token(read_token(path).map_err(usage)?);
+    }
+    builder.build().map_err(usage)
+}
+
+/// The token is the first line of the file (a trailing CR is dropped).
+fn read_token(path: &PathBuf) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("token file {}: {e}", path.display()))?;
+    let token = text.lines().next().unwrap_or("").trim_end_matches('\r');
+    if token.is_empty() {
+        return Err(format!("token file {}: the first line is empty", path.display()));
+    }
+    Ok(token.to_owned())
+}
+
+/// The exit code and message of a failed acquire.
+fn acquire_failure(key: &str, e: &Error) -> u8 {
+    let c = match e {
+        Error::Busy => code::BUSY,
+        Error::Indeterminate => code::INDETERMINATE,
+        Error::InsufficientTime => code::INSUFFICIENT_TIME,
+        Error::Unavailable => code::UNAVAILABLE,
+        Error::AuthFailed => code::AUTH_FAILED,
+        Error::InvalidArgument(_) => code::USAGE,
+        _ => code::INTERNAL,
+    };
+    eprintln!("ticketing: lock {key}: {e}");
+    c
+}
+
+async fn lock(broker: &TicketBroker, args: LockArgs) -> u8 {
+    let kill_after = match args.kill_after.map(|v| seconds("kill-after", v)).transpose() {
+        Ok(k) => k,
+        Err(c) => return c,
+    };
+    let ticket = match broker.acquire_secs(&args.key, args.wait, args.lease, args.budget).await {
+        Ok(Some(t)) => t,
+        Ok(None) => {
+            eprintln!("ticketing: lock {}: not granted within --wait {} s", args.key, args.wait);
+            return code::TIMEOUT;
+        }
+        Err(e) => {
+            let c = acquire_failure(&args.key, &e);
+            if e == Error::Unavailable {
+                if let Some(last) = broker.status().await.and_then(|s| s.last_error) {
+                    eprintln!("ticketing: last connection error: {last}");
+                }
+            }
+            return c;
+        }
+    };
+    let status = run_locked(&ticket, &args.command, kill_after).await;
+    match ticket.release().await {
+        Ok(true) => {}
+        Ok(false) => eprintln!(
+            "ticketing: lock {}: the server no longer counted the lock as ours at release (expired)",
+            args.key
+        ),
+        Err(e) => eprintln!("ticketing: lock {}: {e}; the lock returns at lease end", args.key),
+    }
+    status
+}
+
+/// Runs CMD under the lock; returns the exit code to report.
+async fn run_locked(ticket: &Ticket, command: &[String], kill_after: Option<Duration>) -> u8 {
+    let (program, rest) = match command.split_first() {
+        Some(p) => p,
+        None => return usage("a command is required after --"),
+    };
+    let deadline_ms = ticket.remaining().as_millis().min(u128::from(u64::MAX));
+    let spawned = tokio::process::Command::new(program)
+        .args(rest)
+        .env("TICKETING_TOKEN", ticket.token().to_string())
+        .env("TICKETING_KEY", ticket.key())
+        .env("TICKETING_DEADLINE_MS", deadline_ms.to_string())
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("ticketing: cannot run {program}: {e}");
+            return if e.kind() == std::io::ErrorKind::NotFound { code::NOT_FOUND } else { code::CANNOT_RUN };
+        }
+    };
+    let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw) else {
+        eprintln!("ticketing: {program} has no process id");
+        return code::INTERNAL;
+    };
+    let (mut sigterm, mut sighup, mut sigint) =
+        match (signal(SignalKind::terminate()), signal(SignalKind::hangup()), signal(SignalKind::interrupt())) {
+            (Ok(t), Ok(h), Ok(i)) => (t, h, i),
+            _ => {
+                eprintln!("ticketing: cannot install signal handlers; stopping {program}");
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                return code::INTERNAL;
+            }
+        };
+    let expired = ticket.expired();
+    tokio::pin!(expired);
+    let mut lost = false;
+    let mut kill_at: Option<Instant> = None;
+    let status = loop {
+        let kill_sleep = async {
+            match kill_at {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            status = child.wait() => break status,
+            _ = &mut expired, if !lost => {
+                lost = true;
+                // The child is not reaped yet (its wait did not complete), so the pid is still its own.
+                let _ = kill(pid, Signal::SIGTERM);
+                eprintln!(
+                    "ticketing: lock {}: the lease ran out (conservative deadline); sent SIGTERM to {program} (pid {pid}); \
+                     work from now on is protected only by the fencing token {}",
+                    ticket.key(),
+                    ticket.token()
+                );
+                kill_at = kill_after.map(|d| Instant::now() + d);
+            }
+            _ = kill_sleep => {
+                kill_at = None;
+                let _ = kill(pid, Signal::SIGKILL);
+                eprintln!("ticketing: {program} (pid {pid}) still running after SIGTERM; sent SIGKILL");
+            }
+            _ = sigterm.recv() => { let _ = kill(pid, Signal::SIGTERM); }
+            _ = sighup.recv() => { let _ = kill(pid, Signal::SIGHUP); }
+            // Ctrl-C already reached CMD through the terminal's process group; keep waiting for it.
+            _ = sigint.recv() => {}
+        }
+    };
+    let status = match status {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("ticketing: waiting for {program}: {e}");
+            return code::INTERNAL;
+        }
+    };
+    if lost {
+        return code::LEASE_LOST;
+    }
+    match (status.code(), status.signal()) {
+        (Some(c), _) => u8::try_from(c & 0xff).unwrap_or(code::INTERNAL),
+        (None, Some(sig)) => u8::try_from(128 + (sig & 0x7f)).unwrap_or(code::INTERNAL),
+        (None, None) => code::INTERNAL,
+    }
+}
+
+async fn ping(broker: &TicketBroker, args: PingArgs) -> u8 {
+    let timeout = match seconds("timeout", args.timeout) {
+        Ok(t) => t,
+        Err(c) => return c,
+    };
+    let start = Instant::now();
+    let end = start.checked_add(timeout);
+    loop {
+        // In slices, so an authentication failure is reported at once, not after the timeout.
+        let left = end.map(|e| e.saturating_duration_since(Instant::now())).unwrap_or(Duration::MAX);
+        let ready = broker.wait_ready(left.min(Duration::from_millis(100))).await;
+        let took = start.elapsed();
+        let Some(status) = broker.status().await else {
+            eprintln!("ticketing: ping: the broker closed");
+            return code::INTERNAL;
+        };
+        if ready {
+            println!(
+                "ready in {:.1} ms (connect + handshake); leader {}",
+                took.as_secs_f64() * 1000.0,
+                status.leader.as_deref().unwrap_or("unknown")
+            );
+            return code::OK;
+        }
+        if status.settled && status.auth_failed {
+            eprintln!(
+                "ticketing: ping: authentication failed (wrong token, or the server could not prove it knows it)"
+            );
+            return code::AUTH_FAILED;
+        }
+        if left.is_zero() || end.map(|e| Instant::now() >= e).unwrap_or(false) {
+            eprintln!("ticketing: ping: no ready connection within {:.1} s", timeout.as_secs_f64());
+            if let Some(e) = status.last_error {
+                eprintln!("ticketing: last connection error: {e}");
+            }
+            return code::UNAVAILABLE;
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! The `ticketing` CLI, run as a process against scripted fake servers.
+
+mod support;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use support::*;
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+async fn ticketing(args: &[&str], envs: &[(&str, &str)]) -> Run {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ticketing"));
+    cmd.args(args).env_remove("TICKETING_ADDR").env_remove("TICKETING_TOKEN_FILE").env_remove("TICKETING_TLS");
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let start = Instant::now();
+    let out = tokio::time::timeout(Duration::from_secs(30), cmd.output()).await.expect("the CLI hung").unwrap();
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        elapsed: start.elapsed(),
+    }
+}
+
+/// A fresh path in the temp dir (removed first if it exists).
+fn scratch(name: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let p = std::env::temp_dir().join(format!(
+        "ticketing-cli-{}-{}-{name}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+fn granting(token: u64) -> Behavior {
+    Behavior::script(move |r| match r.op() {
+        "A" => vec![grant(r, token, 0)],
+        _ => vec![line(format!("R {} {}", r.id(), r.key()))],
+    })
+}
+
+#[tokio::test]
+async fn grant_runs_the_command_with_its_env_propagates_the_status_and_releases() {
+    let fake = Fake::start(granting(4242)).await;
+    let out = scratch("env");
+    let script = r#"printf '%s %s %s' "$TICKETING_TOKEN" "$TICKETING_KEY" "$TICKETING_DEADLINE_MS" > "$0"; exit 7"#;
+    let r = ticketing(
+        &[
+            "--addr",
+            &fake.addr,
+            "lock",
+            "job-1",
+            "--wait",
+            "5",
+            "--lease",
+            "30",
+            "--",
+            "sh",
+            "-c",
+            script,
+            out.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(r.code, Some(7), "CMD's status: {}", r.stderr);
+    let env = std::fs::read_to_string(&out).unwrap();
+    let f: Vec<&str> = env.split(' ').collect();
+    assert_eq!((f[0], f[1]), ("4242", "job-1"));
+    let ms: u64 = f[2].parse().unwrap();
+    assert!(ms > 25_000 && ms <= 29_970, "ms until the conservative deadline: {ms}");
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 2, "{reqs:?}");
+    let (a, rel) = (&reqs[0], &reqs[1]);
+    assert_eq!((a.op(), a.key(), a.f[4].as_str(), a.f[5].as_str()), ("A", "job-1", "5", "30"));
+    assert_eq!((rel.op(), rel.key(), rel.owner(), rel.f[4].as_str()), ("R", "job-1", a.owner(), "4242"));
+    let _ = std::fs::remove_file(out);
+}
+
+#[tokio::test]
+async fn t_is_exit_75_and_the_command_does_not_run() {
+    let fake = Fake::start(Behavior::script(|r| vec![line(format!("T {} {}", r.id(), r.key()))])).await;
+    let marker = scratch("t");
+    let r = ticketing(
+        &["--addr", &fake.addr, "lock", "k", "--wait", "0", "--lease", "5", "--", "touch", marker.to_str().unwrap()],
+        &[],
+    )
+    .await;
+    assert_eq!(r.code, Some(75), "{}", r.stderr);
+    assert!(r.stderr.contains("not granted"), "{}", r.stderr);
+    assert!(!marker.exists());
+}
+
+#[tokio::test]
+async fn b_is_exit_76() {
+    let fake = Fake::start(Behavior::script(|r| vec![line(format!("B {} {}", r.id(), r.key()))])).await;
+    let r = ticketing(&["--addr", &fake.addr, "lock", "k", "--wait", "3", "--lease", "5", "--", "true"], &[]).await;
+    assert_eq!(r.code, Some(76), "{}", r.stderr);
+    assert!(r.stderr.contains("busy"), "{}", r.stderr);
+    assert_eq!(fake.count("A"), 1);
+}
+
+#[tokio::test]
+async fn session_lost_after_the_send_is_exit_77() {
+    let fake = Fake::start(Behavior::script(|_| vec![Step::Close])).await;
+    let r = ticketing(&["--addr", &fake.addr, "lock", "k", "--wait", "3", "--lease", "5", "--", "true"], &[]).await;
+    assert_eq!(r.code, Some(77), "{}", r.stderr);
+    assert!(r.stderr.contains("indeterminate"), "{}", r.stderr);
+}
+
+#[tokio::test]
+async fn budget_not_covered_is_exit_78_and_the_grant_is_released() {
+    let fake = Fake::start(granting(9)).await;
+    // budget = lease: the conservative deadline (lease × 0.999) can never cover it.
+    let r = ticketing(
+        &["--addr", &fake.addr, "lock", "k", "--wait", "1", "--lease", "2", "--budget", "2", "--", "true"],
+        &[],
+    )
+    .await;
+    assert_eq!(r.code, Some(78), "{}", r.stderr);
+    assert!(fake.wait_for(secs(2.0), |f| f.count("R") == 1).await, "compensating R before exit");
+}
+
+#[tokio::test]
+async fn lease_shorter_than_the_command_sends_sigterm_and_exits_79() {
+    let fake = Fake::start(granting(77)).await;
+    let marker = scratch("term");
+    // The command notes the SIGTERM and exits 0: the exit code is still 79.
+    let script = r#"trap 'echo term > "$0"; kill $! 2>/dev/null; exit 0' TERM; sleep 20 & wait"#;
+    let r = ticketing(
+        &[
+            "--addr",
+            &fake.addr,
+            "lock",
+            "k",
+            "--wait",
+            "1",
+            "--lease",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            script,
+            marker.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(r.code, Some(79), "{}", r.stderr);
+    assert!(r.stderr.contains("SIGTERM"), "{}", r.stderr);
+    assert!(r.elapsed < secs(10.0), "{:?}", r.elapsed);
+    assert!(r.elapsed >= Duration::from_millis(900), "not before the deadline: {:?}", r.elapsed);
+    assert_eq!(std::fs::read_to_string(&marker).unwrap().trim(), "term");
+    assert_eq!(fake.count("R"), 1, "released after the command ended");
+    let _ = std::fs::remove_file(marker);
+}
+
+#[tokio::test]
+async fn kill_after_sends_sigkill_to_a_command_ignoring_sigterm() {
+    let fake = Fake::start(granting(78)).await;
+    let r = ticketing(
+        &[
+            "--addr",
+            &fake.addr,
+            "lock",
+            "k",
+            "--wait",
+            "1",
+            "--lease",
+            "1",
+            "--kill-after",
+            "0.3",
+            "--",
+            "sh",
+            "-c",
+            // An ignored SIGTERM survives exec: the sleep itself ignores it.
+            "trap '' TERM; exec sleep 20",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(r.code, Some(79), "{}", r.stderr);
+    assert!(r.stderr.contains("SIGKILL"), "{}", r.stderr);
+    assert!(r.elapsed < secs(10.0), "{:?}", r.elapsed);
+}
+
+#[tokio::test]
+async fn command_killed_by_a_signal_is_128_plus_n_and_missing_command_is_127() {
+    let fake = Fake::start(granting(5)).await;
+    let r = ticketing(
+        &["--addr", &fake.addr, "lock", "k", "--wait", "1", "--lease", "5", "--", "sh", "-c", "kill -9 $$"],
+        &[],
+    )
+    .await;
+    assert_eq!(r.code, Some(137), "{}", r.stderr);
+    let r = ticketing(
+        &["--addr", &fake.addr, "lock", "k", "--wait", "1", "--lease", "5", "--", "/nonexistent/ticketing-no-such-cmd"],
+        &[],
+    )
+    .await;
+    assert_eq!(r.code, Some(127), "{}", r.stderr);
+    assert_eq!(fake.count("R"), 2, "both locks released");
+}
+
+#[tokio::test]
+async fn dead_address_is_exit_69_fast() {
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let r = ticketing(&["--addr", &addr, "lock", "k", "--wait", "0", "--lease", "5", "--", "true"], &[]).await;
+    assert_eq!(r.code, Some(69), "{}", r.stderr);
+    assert!(r.elapsed < secs(5.0), "{:?}", r.elapsed);
+    let r = ticketing(&["--addr", &addr, "ping", "--timeout", "0.3"], &[]).await;
+    assert_eq!(r.code, Some(69), "{}", r.stderr);
+}
+
+#[tokio::test]
+async fn token_file_and_addr_from_the_environment() {
+    let fake =
+        Fake::start(Behavior { token: b"tok-123".to_vec(), smac_token: b"tok-123".to_vec(), ..granting(11) }).await;
+    let good = scratch("good-token");
+    std::fs::write(&good, "tok-123\n").unwrap();
+    let bad = scratch("bad-token");
+    std::fs::write(&bad, "not-the-token\n").unwrap();
+    let addrs = format!("127.0.0.1:1,{}", fake.addr);
+    let envs = [("TICKETING_ADDR", addrs.as_str()), ("TICKETING_TOKEN_FILE", good.to_str().unwrap())];
+    let r = ticketing(&["lock", "k", "--wait", "1", "--lease", "5", "--", "true"], &envs).await;
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let r = ticketing(&["ping"], &envs).await;
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.stdout.contains("ready in") && r.stdout.contains(&format!("leader {}", fake.addr)), "{}", r.stdout);
+    // A wrong token: exit 80 for lock and ping.
+    let envs = [("TICKETING_ADDR", fake.addr.as_str()), ("TICKETING_TOKEN_FILE", bad.to_str().unwrap())];
+    let r = ticketing(&["lock", "k", "--wait", "1", "--lease", "5", "--", "true"], &envs).await;
+    assert_eq!(r.code, Some(80), "{}", r.stderr);
+    let r = ticketing(&["ping", "--timeout", "3"], &envs).await;
+    assert_eq!(r.code, Some(80), "{}", r.stderr);
+    let raw = String::from_utf8_lossy(&fake.raw()).into_owned();
+    assert!(!raw.contains("tok-123") && !raw.contains("not-the-token"), "the token never crosses the wire");
+    let _ = (std::fs::remove_file(good), std::fs::remove_file(bad));
+}
+
+#[tokio::test]
+async fn usage_errors_are_exit_64_and_send_nothing() {
+    let fake = Fake::start(granting(1)).await;
+    let a = fake.addr.as_str();
+    for args in [
+        vec!["--addr", a, "lock", "k", "--wait", "1", "--lease", "5"],
+        vec!["--addr", a, "lock", "bad\tkey", "--wait", "1", "--lease", "5", "--", "true"],
+        vec!["--addr", a, "lock", "k", "--wait", "NaN", "--lease", "5", "--", "true"],
+        vec!["--addr", a, "lock", "k", "--wait", "1", "--lease", "0", "--", "true"],
+        vec!["--addr", a, "lock", "k", "--wait", "1", "--lease", "5", "--budget", "6", "--", "true"],
+        vec!["--addr", "no-port", "ping"],
+        vec!["--addr", a, "--tls", "", "ping"],
+        vec!["--addr", a, "--token-file", "/nonexistent/token", "ping"],
+        vec!["--addr", a, "ping", "--timeout", "-1"],
+        vec!["--addr", a, "frobnicate"],
+    ] {
+        let r = ticketing(&args, &[]).await;
+        assert_eq!(r.code, Some(64), "{args:?}: {}", r.stderr);
+        assert!(!r.stderr.is_empty(), "{args:?}: a message");
+    }
+    assert_eq!(fake.requests().len(), 0);
+    let r = ticketing(&["--help"], &[]).await;
+    assert_eq!(r.code, Some(0));
+    assert!(r.stdout.contains("lock") && r.stdout.contains("ping"));
+}
