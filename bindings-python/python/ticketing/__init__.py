@@ -1,0 +1,209 @@
+"""Client for Ticketing, a distributed FIFO lock service with fencing tokens.
+
+Synchronous API (this module) and asyncio API (:mod:`ticketing.aio`), both
+driven by the one Rust client (``ticketing-client``) through the native
+module ``ticketing._native``. Durations are seconds (``int`` or ``float``;
+fractions round up to whole seconds).
+
+Example::
+
+    import ticketing
+
+    with ticketing.TicketBroker.connect("127.0.0.1:5225") as broker:
+        with broker.lock("stock:42", wait=5, lease=30, budget=2) as ticket:
+            ...  # fence your database write with ticket.token
+
+Blocking calls release the GIL and can be interrupted with Ctrl-C
+(``KeyboardInterrupt``), which cancels a waiting acquire.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Iterable, Optional, Type, Union
+
+from . import _native
+from ._errors import (
+    AuthFailedError,
+    BusyError,
+    ClosedError,
+    IndeterminateError,
+    InsufficientTimeError,
+    LockTimeout,
+    ReleaseUnconfirmedError,
+    TicketingError,
+    UnavailableError,
+)
+from ._native import Ticket
+
+__version__: str = _native.__version__
+
+__all__ = [
+    "TicketBroker",
+    "Ticket",
+    "Lock",
+    "TicketingError",
+    "BusyError",
+    "IndeterminateError",
+    "InsufficientTimeError",
+    "UnavailableError",
+    "ReleaseUnconfirmedError",
+    "ClosedError",
+    "AuthFailedError",
+    "LockTimeout",
+    "Seconds",
+]
+
+#: A duration in seconds; fractions are rounded up to whole seconds.
+Seconds = Union[int, float]
+
+
+def _addr_list(addrs: Union[str, Iterable[str]]) -> list[str]:
+    """The configured addresses as a list; a single string is one address."""
+    if isinstance(addrs, str):
+        return [addrs]
+    return list(addrs)
+
+
+class TicketBroker:
+    """A connection pool and router to a Ticketing service (one server or
+    every member of a 3/5-node cluster).
+
+    ``TicketBroker(["10.0.0.1:5225", "10.0.0.2:5225", "10.0.0.3:5225"],
+    token="secret", tls="system-roots")``. ``tls`` is ``"off"`` (default),
+    ``"system-roots"``, a path to a CA file, or ``"insecure-skip-verify"``
+    (tests only). Construction does not wait for a connection (see
+    :meth:`wait_ready`). A broker may be shared between threads. It is a
+    context manager: leaving the ``with`` block closes it.
+
+    After ``os.fork()`` a broker used in the child starts afresh (new
+    runtime, new connections); tickets stay with the process that acquired
+    them.
+    """
+
+    __slots__ = ("_native",)
+
+    def __init__(
+        self,
+        addrs: Union[str, Iterable[str]],
+        token: Optional[str] = None,
+        tls: str = "off",
+    ) -> None:
+        self._native = _native.Broker(_addr_list(addrs), token, tls)
+
+    @classmethod
+    def connect(cls, addr: str) -> "TicketBroker":
+        """A broker for one address, e.g. ``"127.0.0.1:5225"`` (no token, no
+        TLS). Returns at once; connections are made in the background."""
+        self = cls.__new__(cls)
+        self._native = _native.Broker.connect(addr)
+        return self
+
+    def wait_ready(self, timeout: Seconds) -> bool:
+        """Waits up to ``timeout`` seconds for a ready connection (the leader
+        preferred). Returns ``True`` if there is one."""
+        return self._native.wait_ready(timeout)
+
+    def acquire(self, key: str, wait: Seconds, lease: Seconds, budget: Seconds = 0) -> Optional[Ticket]:
+        """Acquires the lock on ``key``.
+
+        Waits in the server's FIFO queue up to ``wait`` seconds (0 = one
+        immediate attempt). ``lease`` is how long the grant lives (1-250 s);
+        ``budget`` is the least time the caller needs once granted (0 to
+        ``lease``): a grant with less conservative time left is handed back
+        and :class:`InsufficientTimeError` is raised.
+
+        Returns a :class:`Ticket`, or ``None`` if the lock was not granted
+        within ``wait``. Raises ``ValueError`` for bad arguments (nothing is
+        sent), :class:`BusyError`, :class:`IndeterminateError` (do NOT enter
+        the critical section), :class:`UnavailableError`,
+        :class:`ClosedError`, :class:`AuthFailedError`.
+
+        Blocks with the GIL released; Ctrl-C raises ``KeyboardInterrupt``
+        and cancels the acquire.
+        """
+        return self._native.acquire(key, wait, lease, budget)
+
+    def lock(self, key: str, wait: Seconds, lease: Seconds, budget: Seconds = 0) -> "Lock":
+        """The scoped form of :meth:`acquire`::
+
+            with broker.lock("k", wait=5, lease=30) as ticket:
+                ...
+
+        Entering acquires (raising :class:`LockTimeout` when the lock was
+        not granted within ``wait``, or any error of :meth:`acquire`);
+        leaving releases the ticket.
+        """
+        return Lock(self, key, wait, lease, budget)
+
+    def close(self) -> None:
+        """Closes the broker: every live ticket is released best-effort,
+        then the connections close. Later calls raise :class:`ClosedError`.
+        Calling ``close()`` again does nothing."""
+        self._native.close()
+
+    def __enter__(self) -> "TicketBroker":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+
+class Lock:
+    """Context manager returned by :meth:`TicketBroker.lock`: acquires on
+    ``__enter__`` (returning the :class:`Ticket`), releases on ``__exit__``.
+
+    If the body raised, that exception propagates even if the release
+    fails. If the body completed and the release raises (e.g.
+    :class:`ReleaseUnconfirmedError`), that error propagates. A release
+    answered "not the holder" (the lease ran out during the body) is not an
+    error: check ``ticket.expired`` and rely on the fencing token.
+    """
+
+    __slots__ = ("_broker", "_key", "_wait", "_lease", "_budget", "_ticket")
+
+    def __init__(self, broker: TicketBroker, key: str, wait: Seconds, lease: Seconds, budget: Seconds) -> None:
+        self._broker = broker
+        self._key = key
+        self._wait = wait
+        self._lease = lease
+        self._budget = budget
+        self._ticket: Optional[Ticket] = None
+
+    def __enter__(self) -> Ticket:
+        if self._ticket is not None:
+            raise RuntimeError("this lock() context is already entered; call broker.lock() again")
+        ticket = self._broker.acquire(self._key, self._wait, self._lease, self._budget)
+        if ticket is None:
+            raise LockTimeout(f"lock {self._key!r} not granted within wait={self._wait!r} s")
+        self._ticket = ticket
+        return ticket
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        ticket, self._ticket = self._ticket, None
+        if ticket is None:
+            return
+        if exc is None:
+            ticket.release()
+            return
+        try:
+            ticket.release()
+        except Exception as err:  # the body's exception wins; the lease ends the lock at the latest
+            _note(exc, f"ticketing: releasing {self._key!r} also failed: {err!r}")
+
+
+def _note(exc: BaseException, text: str) -> None:
+    """Adds a note to ``exc`` where Python supports it (3.11+)."""
+    add_note = getattr(exc, "add_note", None)
+    if add_note is not None:
+        add_note(text)

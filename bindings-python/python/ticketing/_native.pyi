@@ -1,0 +1,74 @@
+"""Type stubs of the native module ``ticketing._native`` (private: use
+``ticketing`` and ``ticketing.aio``)."""
+
+from typing import Any, Callable, Optional, Union, final
+
+__version__: str
+__all__ = ["Broker", "Pending", "Ticket", "__version__", "_close_gate"]
+
+_Seconds = Union[int, float]
+_Done = Callable[[bool, Any], None]
+
+@final
+class Pending:
+    """A client operation running for an asyncio caller."""
+
+    def cancel(self) -> None:
+        """Cancels the operation if still running: drops the client future,
+        then calls the callback with ``(False, None)``."""
+    def done(self) -> bool:
+        """True once the operation finished or was cancelled."""
+
+@final
+class Ticket:
+    """A granted lock on one key: the fencing ``token``, the ``key``, the time
+    left of the conservative lease, and ``release()``.
+
+    A ticket that is garbage-collected without ``release()`` is released
+    best-effort in the background; so is every live ticket of a closed
+    broker. Tickets stay with the process that acquired them.
+    """
+
+    @property
+    def token(self) -> int:
+        """The fencing token: ``1 <= token < 2**63``, strictly increasing."""
+    @property
+    def key(self) -> str:
+        """The key this ticket holds."""
+    @property
+    def expired(self) -> bool:
+        """True once the conservative deadline has passed."""
+    def remaining(self) -> float:
+        """Seconds left until the conservative lease deadline (never negative)."""
+    def release(self) -> bool:
+        """Releases this grant: True if released, False if no longer the
+        holder; ReleaseUnconfirmedError without an answer within 5 s."""
+    def release_start(self, done: _Done) -> Pending:
+        """asyncio form of ``release()``."""
+
+@final
+class Broker:
+    """Native connection pool and router (wrapped by ``ticketing.TicketBroker``)."""
+
+    def __new__(cls, addrs: list[str], token: Optional[str] = None, tls: str = "off") -> Broker: ...
+    @staticmethod
+    def connect(addr: str) -> Broker:
+        """A broker for one address."""
+    @staticmethod
+    def connect_start(addr: str, done: _Done) -> Pending:
+        """asyncio form of ``connect``."""
+    def wait_ready(self, timeout: _Seconds) -> bool:
+        """Waits up to ``timeout`` seconds for a ready connection."""
+    def wait_ready_start(self, timeout: _Seconds, done: _Done) -> Pending:
+        """asyncio form of ``wait_ready``."""
+    def acquire(self, key: str, wait: _Seconds, lease: _Seconds, budget: _Seconds) -> Optional[Ticket]:
+        """Acquires ``key``: a Ticket, or None when not granted within ``wait``."""
+    def acquire_start(self, key: str, wait: _Seconds, lease: _Seconds, budget: _Seconds, done: _Done) -> Pending:
+        """asyncio form of ``acquire``."""
+    def close(self) -> None:
+        """Closes the broker (best-effort releases of live tickets first)."""
+    def close_start(self, done: _Done) -> Pending:
+        """asyncio form of ``close``."""
+
+def _close_gate() -> None:
+    """``atexit`` hook: after it, no client thread calls into Python."""

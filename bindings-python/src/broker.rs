@@ -1,0 +1,175 @@
+//! `Broker`: the native side of `ticketing.TicketBroker` and
+//! `ticketing.aio.TicketBroker`, wrapping `ticketing_client::TicketBroker`.
+//!
+//! Every method converts its arguments, calls the client and maps the
+//! error; sync methods block with the GIL released (`bridge::block_on`),
+//! `*_start` methods run the same client call for asyncio
+//! (`bridge::start`).
+
+use std::time::Duration;
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use ticketing_client::{TicketBroker, Tls};
+
+use crate::bridge::{self, Pending};
+use crate::error::{secs, to_pyerr};
+use crate::ticket::Ticket;
+
+/// Connection pool and router to a Ticketing service (one server or a 3/5
+/// node cluster). Cheap to share between threads; all clones of one broker
+/// share one driver on the client's background runtime.
+#[pyclass(frozen, module = "ticketing._native")]
+pub struct Broker {
+    inner: TicketBroker,
+}
+
+/// Seconds as a `Duration` for `wait_ready`: a type conversion, so a
+/// negative, NaN or unrepresentable value is a `ValueError`.
+fn duration(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Duration> {
+    let s = secs(name, value)?;
+    Duration::try_from_secs_f64(s).map_err(|e| PyValueError::new_err(format!("{name}: {e} (got {s})")))
+}
+
+/// The acquire arguments as the client's `acquire_secs` takes them.
+struct AcquireArgs {
+    key: String,
+    wait: f64,
+    lease: f64,
+    budget: f64,
+}
+
+impl AcquireArgs {
+    fn new(
+        key: String,
+        wait: &Bound<'_, PyAny>,
+        lease: &Bound<'_, PyAny>,
+        budget: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        Ok(AcquireArgs {
+            key,
+            wait: secs("wait", wait)?,
+            lease: secs("lease", lease)?,
+            budget: secs("budget", budget)?,
+        })
+    }
+}
+
+fn ticket_or_none(py: Python<'_>, ticket: Option<ticketing_client::Ticket>) -> PyResult<Py<PyAny>> {
+    match ticket {
+        Some(t) => Ok(Py::new(py, Ticket::new(t))?.into_any()),
+        None => Ok(py.None()),
+    }
+}
+
+fn py_bool(py: Python<'_>, value: bool) -> PyResult<Py<PyAny>> {
+    Ok(pyo3::types::PyBool::new(py, value).to_owned().into_any().unbind())
+}
+
+#[pymethods]
+impl Broker {
+    /// A broker for the given addresses (``host:port``; all members of a
+    /// cluster), with an optional client token and a TLS mode: ``"off"``
+    /// (default), ``"system-roots"``, a path to a CA file, or
+    /// ``"insecure-skip-verify"`` (tests only). Does not wait for a
+    /// connection; see ``wait_ready``.
+    #[new]
+    #[pyo3(signature = (addrs, token=None, tls="off"))]
+    fn new(py: Python<'_>, addrs: Vec<String>, token: Option<String>, tls: &str) -> PyResult<Self> {
+        let tls: Tls = tls.parse().map_err(to_pyerr)?;
+        let inner = py.detach(move || {
+            let mut builder = TicketBroker::builder(addrs).tls(tls);
+            if let Some(token) = token {
+                builder = builder.token(token);
+            }
+            builder.build()
+        });
+        Ok(Broker { inner: inner.map_err(to_pyerr)? })
+    }
+
+    /// A broker for one address (the client opens two connections to it).
+    #[staticmethod]
+    fn connect(py: Python<'_>, addr: String) -> PyResult<Self> {
+        let inner = bridge::block_on(py, async move { TicketBroker::connect(&addr).await })?.map_err(to_pyerr)?;
+        Ok(Broker { inner })
+    }
+
+    /// asyncio form of ``connect``.
+    #[staticmethod]
+    fn connect_start(addr: String, done: Py<PyAny>) -> Pending {
+        bridge::start(async move { TicketBroker::connect(&addr).await }, done, |py, inner| {
+            Ok(Py::new(py, Broker { inner })?.into_any())
+        })
+    }
+
+    /// Waits up to ``timeout`` seconds for a ready connection (the leader
+    /// preferred); True when there is one.
+    fn wait_ready(&self, py: Python<'_>, timeout: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let timeout = duration("timeout", timeout)?;
+        let inner = self.inner.clone();
+        bridge::block_on(py, async move { inner.wait_ready(timeout).await })
+    }
+
+    /// asyncio form of ``wait_ready``.
+    fn wait_ready_start(&self, timeout: &Bound<'_, PyAny>, done: Py<PyAny>) -> PyResult<Pending> {
+        let timeout = duration("timeout", timeout)?;
+        let inner = self.inner.clone();
+        Ok(bridge::start(async move { Ok(inner.wait_ready(timeout).await) }, done, py_bool))
+    }
+
+    /// Acquires ``key``: a Ticket, or None when the lock was not granted
+    /// within ``wait`` seconds. ``lease`` is the lock's lifetime, ``budget``
+    /// the least time the caller needs once granted. Fractions round up to
+    /// whole seconds; bad values raise ValueError and nothing is sent.
+    fn acquire(
+        &self,
+        py: Python<'_>,
+        key: String,
+        wait: &Bound<'_, PyAny>,
+        lease: &Bound<'_, PyAny>,
+        budget: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Ticket>> {
+        let a = AcquireArgs::new(key, wait, lease, budget)?;
+        let inner = self.inner.clone();
+        let got = bridge::block_on(py, async move { inner.acquire_secs(&a.key, a.wait, a.lease, a.budget).await })?;
+        Ok(got.map_err(to_pyerr)?.map(Ticket::new))
+    }
+
+    /// asyncio form of ``acquire``; ``Pending.cancel()`` cancels it.
+    fn acquire_start(
+        &self,
+        key: String,
+        wait: &Bound<'_, PyAny>,
+        lease: &Bound<'_, PyAny>,
+        budget: &Bound<'_, PyAny>,
+        done: Py<PyAny>,
+    ) -> PyResult<Pending> {
+        let a = AcquireArgs::new(key, wait, lease, budget)?;
+        let inner = self.inner.clone();
+        Ok(bridge::start(
+            async move { inner.acquire_secs(&a.key, a.wait, a.lease, a.budget).await },
+            done,
+            ticket_or_none,
+        ))
+    }
+
+    /// Closes the broker: best-effort releases of its live tickets, then
+    /// the connections close. Later calls raise ClosedError. Idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let inner = self.inner.clone();
+        bridge::block_on(py, async move { inner.close().await })
+    }
+
+    /// asyncio form of ``close``.
+    fn close_start(&self, done: Py<PyAny>) -> Pending {
+        let inner = self.inner.clone();
+        bridge::start(
+            async move {
+                inner.close().await;
+                Ok(())
+            },
+            done,
+            |py, ()| Ok(py.None()),
+        )
+    }
+}
