@@ -30,13 +30,19 @@ impl Server {
 
     /// With extra environment variables and flags.
     pub fn with(env: &[(&str, &str)], args: &[&str]) -> Server {
+        Server::at("127.0.0.1:0", env, args)
+    }
+
+    /// Listening on `listen` (e.g. the address of a server that was stopped,
+    /// to restart it on the same port), with extra environment and flags.
+    pub fn at(listen: &str, env: &[(&str, &str)], args: &[&str]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_ticketing-server"));
         for (k, _) in std::env::vars() {
             if k.starts_with("TICKETING_") {
                 cmd.env_remove(k);
             }
         }
-        cmd.args(["--listen", "127.0.0.1:0"]).args(args).envs(env.iter().copied());
+        cmd.args(["--listen", listen]).args(args).envs(env.iter().copied());
         cmd.env("RUST_LOG", std::env::var("TEST_SERVER_LOG").unwrap_or_else(|_| "warn".into()));
         cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).stdin(Stdio::null());
         let mut child = cmd.spawn().expect("spawn ticketing-server");
@@ -58,6 +64,11 @@ impl Server {
         };
         let addr = line.strip_prefix("ticketing-server listening on ").expect("ready line").to_owned();
         Server { child, addr }
+    }
+
+    /// The process id (e.g. for `kill -STOP`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Sends SIGTERM.
