@@ -94,7 +94,9 @@ class TicketBroker:
     @classmethod
     def connect(cls, addr: str) -> "TicketBroker":
         """A broker for one address, e.g. ``"127.0.0.1:5225"`` (no token, no
-        TLS). Returns at once; connections are made in the background."""
+        TLS). Returns once the first connection attempts have settled (ready
+        or failed, at most 5 s; a refused address returns at once); the broker
+        is returned either way and keeps reconnecting in the background."""
         self = cls.__new__(cls)
         self._native = _native.Broker.connect(addr)
         return self
