@@ -622,7 +622,10 @@ impl Manager {
     fn acquire(&mut self, w: Waiter, wait: u8) {
         let key = w.key.clone();
         let ks = self.keys.entry(key.clone()).or_default();
-        let free = ks.holder.is_none() && !ks.busy;
+        // Free: no holder and nobody queued. A free key can still have a
+        // proposal in flight: the no-op release of an `R` that matches no
+        // grant (Decision 9). The grant is then the key's next command.
+        let free = ks.holder.is_none() && ks.live == 0;
         if free {
             if self.held >= self.limits.max_held_keys {
                 inc(&self.metrics.busy);
@@ -630,7 +633,14 @@ impl Manager {
                 self.remove_if_idle(&key);
                 return;
             }
-            self.grant(w);
+            if ks.busy {
+                // Neither `T` (the key is not held) nor a waiter cap (it is
+                // not queued behind anyone): it goes first once the no-op
+                // release is committed (see `pump`); a wait of 0 gets no timer.
+                self.enqueue(w, wait > 0);
+            } else {
+                self.grant(w);
+            }
             return;
         }
         if wait == 0 {
@@ -643,11 +653,17 @@ impl Manager {
             self.reply(w.conn, w.id, ServerFrame::Busy { id: w.id, key });
             return;
         }
+        self.enqueue(w, true);
+    }
+
+    /// Puts `w` at the tail of its key's queue, with a wait timer if `timed`.
+    fn enqueue(&mut self, w: Waiter, timed: bool) {
         if !self.conns.contains_key(&w.conn) {
             return; // the connection closed meanwhile: its waiters leave anyway
         }
         self.next_waiter += 1;
         let wid = self.next_waiter;
+        let ks = self.keys.entry(w.key.clone()).or_default();
         ks.queue.push_back(wid);
         ks.live += 1;
         self.total_waiters += 1;
@@ -656,7 +672,9 @@ impl Manager {
             c.waiters.insert(wid);
         }
         self.waiters.insert(wid, w);
-        self.push_timer(until, Timer::Wait(wid));
+        if timed {
+            self.push_timer(until, Timer::Wait(wid));
+        }
     }
 
     /// Proposes a grant of a free key to `w` (the key counts as held meanwhile).

@@ -170,3 +170,26 @@ async fn same_owner_and_connection_is_not_reentrant() {
     let (t2, _) = parse_grant(&grant, 3, "re", &me);
     assert!(t2 > t1);
 }
+
+/// A free key stays free while the no-op release of a non-matching `R` is
+/// committed: an `A` pipelined right behind it is granted (even with wait 0
+/// and a waiter cap of 0), a second one behind that first one is `T`.
+#[tokio::test]
+async fn acquire_right_after_a_release_of_a_free_key_is_granted() {
+    let s = Server::with(&[("TICKETING_MAX_WAITERS_PER_KEY", "0"), ("TICKETING_MAX_WAITERS", "0")], &[]);
+    let mut c = s.client().await;
+    let (o1, o2, o3) = (owner(), owner(), owner());
+    for (i, key) in ["nf0", "nf1", "nf2"].into_iter().enumerate() {
+        let base = 10 * i as u64;
+        let wait = if i == 1 { 5 } else { 0 };
+        let frames =
+            format!("R {} {key} {o1} 5\nA {} {key} {o2} {wait} 5\nA {} {key} {o3} 0 5\n", base + 1, base + 2, base + 3);
+        c.send(frames.as_bytes()).await;
+        let mut lines = vec![c.line().await, c.line().await, c.line().await];
+        let grant = lines.iter().position(|l| l.starts_with("A ")).unwrap_or_else(|| panic!("no grant: {lines:?}"));
+        let grant = lines.remove(grant);
+        parse_grant(&grant, base + 2, key, &o2);
+        lines.sort();
+        assert_eq!(lines, vec![format!("N {} {key}", base + 1), format!("T {} {key}", base + 3)]);
+    }
+}
