@@ -239,3 +239,23 @@ def test_ctrl_c_after_send_closes_that_session() -> None:
         assert len(fake.sent("A")) == 1
         # the broker keeps working on a fresh connection
         assert broker.wait_ready(5)
+
+
+def test_one_address_lock_loop_spreads_acquires_over_both_connections() -> None:
+    # SPEC §6.1: one address → two connections, round-robin. The releases of a
+    # `with lock:` loop must not take every other turn from the acquires
+    # (before the fix every acquire went to one connection, every R to the other).
+    seen: list[object] = []
+
+    def policy(conn: object, f: list[str]) -> str:
+        seen.append(conn)
+        return f"A {f[1]} {f[2]} {f[3]} 7 0"
+
+    with FakeServer(policy) as fake, connect(fake) as broker:
+        for i in range(4):
+            with broker.lock(f"k{i}", wait=1, lease=5):
+                pass
+        assert len(fake.conns) == 2, "one address → two connections"
+        assert len(seen) == 4
+        assert all(a is not b for a, b in zip(seen, seen[1:])), "acquires alternate between the connections"
+        assert len(fake.sent("R")) == 4

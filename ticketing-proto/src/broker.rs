@@ -300,7 +300,9 @@ pub struct Broker {
     lane: Lane<ConnId>,
     live: HashMap<OpId, ExactGrant>,
     hint: Option<String>,
-    rr: usize,
+    /// Round-robin positions: `[acquires, lane releases]`. Separate, so releases in
+    /// between never shift the acquires' rotation (and vice versa).
+    rr: [usize; 2],
     timers: TimerTable<Timer>,
     events: VecDeque<BrokerEvent>,
     phase: Phase,
@@ -347,7 +349,7 @@ impl Broker {
             lane,
             live: HashMap::new(),
             hint: None,
-            rr: 0,
+            rr: [0; 2],
             timers: TimerTable::new(),
             events: VecDeque::new(),
             phase: Phase::Open,
@@ -917,7 +919,8 @@ impl Broker {
         self.events.push_back(BrokerEvent::Closed);
     }
 
-    /// Candidate slots for a request, leader first, then not-follower; round-robin.
+    /// Candidate slots for a request, leader first, then not-follower; round-robin
+    /// (acquires and lane releases each keep their own rotation).
     fn pick(&mut self, for_lane: bool, avoid: &[ConnId]) -> Option<usize> {
         let acquire_limit = self.config.max_pending_per_conn - self.config.lane_slots_per_conn - 1;
         let lane_limit = self.config.lane_slots_per_conn;
@@ -962,8 +965,9 @@ impl Broker {
         if pool.is_empty() {
             return None;
         }
-        let i = pool[self.rr % pool.len()];
-        self.rr = self.rr.wrapping_add(1);
+        let rr = &mut self.rr[usize::from(for_lane)];
+        let i = pool[*rr % pool.len()];
+        *rr = rr.wrapping_add(1);
         Some(i)
     }
 

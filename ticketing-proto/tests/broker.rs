@@ -887,6 +887,29 @@ fn release_r_is_true_n_is_false() {
 }
 
 #[test]
+fn acquires_round_robin_over_both_connections_even_with_releases_in_between() {
+    // SPEC §6.1: with one address, two connections, round-robin. The lane's
+    // releases must not shift the acquires' rotation: acquire → release in a
+    // loop (a `with lock:` loop) spreads the acquires over both connections.
+    let mut w = one_leader();
+    let mut acquire_conns = Vec::new();
+    let mut release_conns = Vec::new();
+    for _ in 0..4 {
+        let g = ticket(&mut w);
+        acquire_conns.push(w.last_acquire().0);
+        let op = w.b.release(w.now, &g, Purpose::Explicit).unwrap();
+        w.step();
+        let (c, id, ..) = w.releases_seen().last().cloned().unwrap();
+        release_conns.push(c);
+        w.send(c, &format!("R {id} k\n"));
+        assert_eq!(w.released.get(&op), Some(&Ok(true)));
+    }
+    for conns in [&acquire_conns, &release_conns] {
+        assert!(conns.windows(2).all(|p| p[0] != p[1]), "strict alternation: {conns:?}");
+    }
+}
+
+#[test]
 fn unanswered_release_is_unconfirmed_after_exactly_5s_and_retried_elsewhere() {
     let mut w = one_leader();
     let g = ticket(&mut w);
