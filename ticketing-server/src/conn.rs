@@ -33,6 +33,9 @@ const FATAL_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 /// line in the client's receive buffer.
 const LINGER: Duration = Duration::from_millis(500);
 const LINGER_MAX_BYTES: usize = 1 << 20;
+/// After the client's EOF, how long answers to requests already being
+/// committed may still take before the connection closes.
+const EOF_DRAIN: Duration = Duration::from_secs(2);
 
 /// What every connection shares.
 pub struct ConnContext {
@@ -100,8 +103,14 @@ pub async fn serve<S>(
     ServerFrame::Greeting { snonce }.encode(&mut conn.out);
     let mut inbuf = BytesMut::with_capacity(MAX_FRAME * 2);
     let mut chunk = [0u8; 4096];
+    // Set when the client sent EOF: no more reading; close once every
+    // request read before it has its answer (or at this deadline).
+    let mut eof_drain: Option<Instant> = None;
 
     let end = loop {
+        if eof_drain.is_some() && conn.in_flight.is_empty() {
+            break End::Gone;
+        }
         tokio::select! {
             biased;
             _ = shutdown.recv() => {
@@ -109,6 +118,9 @@ pub async fn serve<S>(
             }
             _ = tokio::time::sleep_until(handshake_deadline), if !conn.authed => {
                 break End::Fatal(ServerFrame::error(ErrorCode::HandshakeTimeout));
+            }
+            _ = sleep_until_some(eof_drain), if eof_drain.is_some() => {
+                break End::Gone;
             }
             Some(answer) = answers_rx.recv() => {
                 if let Some(end) = conn.on_answer(answer) {
@@ -129,11 +141,18 @@ pub async fn serve<S>(
                     break End::Gone;
                 }
             }
-            res = rd.read(&mut chunk), if conn.out.len() < OUT_HIGH_WATER => {
+            res = rd.read(&mut chunk), if conn.out.len() < OUT_HIGH_WATER && eof_drain.is_none() => {
                 match res {
                     Ok(0) => {
-                        debug!("client closed");
-                        break End::Gone;
+                        // EOF: the client sends nothing more. Its waiters
+                        // leave their queues now (a dead client must not be
+                        // handed a key); answers already being committed
+                        // (a grant of a free key, a release) are still written.
+                        debug!("client closed its sending side");
+                        if !conn.registered || ctx.manager.send(Request::LeaveQueues { conn: id }).await.is_err() {
+                            break End::Gone;
+                        }
+                        eof_drain = Some(Instant::now() + EOF_DRAIN);
                     }
                     Ok(n) => {
                         inbuf.extend_from_slice(&chunk[..n]);
@@ -186,6 +205,14 @@ pub async fn serve<S>(
     }
 }
 
+/// Sleeps until `at`; never completes for `None`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Reads and discards until EOF, a pause, or a bound, so closing does not reset.
 async fn linger<R: AsyncRead>(rd: &mut ReadHalf<R>) {
     let deadline = Instant::now() + LINGER;
@@ -220,6 +247,10 @@ impl Conn<'_> {
                 None
             }
             Answer::Fatal(frame) => Some(End::Fatal(frame)),
+            Answer::Dropped(id) => {
+                self.in_flight.remove(&id.0);
+                None
+            }
         }
     }
 

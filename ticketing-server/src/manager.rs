@@ -45,6 +45,8 @@ pub enum Answer {
     },
     /// Write this frame (`M`, `E no_leader`, …) and close the connection.
     Fatal(ServerFrame),
+    /// Request `id` left its queue unanswered (its connection sent EOF).
+    Dropped(RequestId),
 }
 
 /// What a connection (or the server) sends to the manager.
@@ -86,6 +88,13 @@ pub enum Request {
         owner: Owner,
         /// Token of the grant.
         token: Token,
+    },
+    /// The client closed its sending side (EOF): its waiters leave their
+    /// queues, each reported as [`Answer::Dropped`]; answers to its requests
+    /// already being committed are still delivered.
+    LeaveQueues {
+        /// The connection.
+        conn: ConnId,
     },
     /// The connection is gone: its waiters leave their queues (its grants stay).
     Closed {
@@ -562,6 +571,14 @@ impl Manager {
             Request::Register { conn, tx } => {
                 self.conns.insert(conn, ConnEntry { tx, waiters: HashSet::new() });
             }
+            Request::LeaveQueues { conn } => {
+                let waiters = self.conns.get_mut(&conn).map(|c| std::mem::take(&mut c.waiters)).unwrap_or_default();
+                for wid in waiters {
+                    if let Some(w) = self.remove_waiter(wid) {
+                        self.send(conn, Answer::Dropped(w.id));
+                    }
+                }
+            }
             Request::Closed { conn } => {
                 if let Some(entry) = self.conns.remove(&conn) {
                     for wid in entry.waiters {
@@ -945,7 +962,24 @@ mod tests {
     async fn next(rx: &mut mpsc::Receiver<Answer>) -> ServerFrame {
         match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap().unwrap() {
             Answer::Reply { frame, .. } | Answer::Fatal(frame) => frame,
+            Answer::Dropped(id) => panic!("request {id} dropped"),
         }
+    }
+
+    #[tokio::test]
+    async fn leave_queues_drops_waiters_but_keeps_answering() {
+        let (h, mut rx) = setup(Limits::default()).await;
+        acquire(&h, 1, "lq", "o1", 0, 5).await;
+        assert!(matches!(next(&mut rx).await, ServerFrame::Granted { .. }));
+        acquire(&h, 2, "lq", "o2", 30, 5).await;
+        h.send(Request::LeaveQueues { conn: 1 }).await.unwrap();
+        let dropped = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.unwrap().unwrap();
+        assert!(matches!(dropped, Answer::Dropped(RequestId(2))), "{dropped:?}");
+        // The connection still gets answers to its other requests.
+        acquire(&h, 3, "lq-other", "o3", 0, 5).await;
+        assert!(matches!(next(&mut rx).await, ServerFrame::Granted { id: RequestId(3), .. }));
+        let info = h.lock_info(Key::new("lq").unwrap()).await.unwrap();
+        assert_eq!(info.waiters, 0);
     }
 
     #[tokio::test]

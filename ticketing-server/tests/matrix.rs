@@ -193,3 +193,29 @@ async fn acquire_right_after_a_release_of_a_free_key_is_granted() {
         assert_eq!(lines, vec![format!("N {} {key}", base + 1), format!("T {} {key}", base + 3)]);
     }
 }
+
+#[tokio::test]
+async fn half_close_answers_what_is_committing_and_drops_waiters() {
+    // Decision 7: after EOF, answers to requests already being committed are
+    // written, the connection's waiters leave their queues, then it closes.
+    let s = Server::start();
+    let mut h = s.client().await;
+    let holder = owner();
+    let token = h.grab(1, "hc-held", &holder, 30).await;
+    let mut c = s.client().await;
+    let me = owner();
+    c.send(format!("A 1 hc-free {me} 0 5\nA 2 hc-held {me} 30 5\nP 3\n").as_bytes()).await;
+    c.shut_write().await;
+    let mut lines = vec![c.line().await, c.line().await];
+    lines.sort();
+    assert!(lines[0].starts_with(&format!("A 1 hc-free {me} ")), "{lines:?}");
+    assert_eq!(lines[1], "P 3");
+    c.expect_closed().await;
+    // The half-closed client's waiter left the queue: the release frees the key.
+    h.release(2, "hc-held", &holder, token).await;
+    h.expect("R 2 hc-held").await;
+    let mut d = s.client().await;
+    d.acquire(1, "hc-held", &owner(), 0, 5).await;
+    let grant = d.line().await;
+    assert!(grant.starts_with("A 1 hc-held "), "{grant}");
+}

@@ -224,6 +224,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
         self.stream.write_all(bytes).await.expect("write");
     }
 
+    /// Closes the sending side (TCP half-close: the server reads EOF).
+    pub async fn shut_write(&mut self) {
+        self.stream.shutdown().await.expect("shutdown");
+    }
+
     /// Writes bytes, ignoring errors (the server may have closed).
     pub async fn send_lossy(&mut self, bytes: &[u8]) {
         let _ = self.stream.write_all(bytes).await;
