@@ -197,6 +197,8 @@ pub struct Config {
     pub bootstrap: bool,
     /// Accepted client tokens (empty = auth off).
     pub client_tokens: Vec<Vec<u8>>,
+    /// The `--client-tokens-file` the tokens were read from, if any.
+    pub client_tokens_file: Option<PathBuf>,
     /// The peer token (cluster mode).
     pub peer_token: Option<Vec<u8>>,
     /// TLS certificate chain for the client port.
@@ -229,6 +231,7 @@ impl Default for Config {
             peers: Vec::new(),
             bootstrap: false,
             client_tokens: Vec::new(),
+            client_tokens_file: None,
             peer_token: None,
             tls_cert: None,
             tls_key: None,
@@ -311,8 +314,9 @@ impl Config {
         }
 
         let mut client_tokens = Vec::new();
-        if let Some(path) = cli.client_tokens_file.or(file.client_tokens_file) {
-            client_tokens.extend(read_token_lines(&path)?);
+        let client_tokens_file = cli.client_tokens_file.or(file.client_tokens_file);
+        if let Some(path) = &client_tokens_file {
+            client_tokens.extend(read_token_lines(path)?);
         }
         if let Some(inline) = env_var("TICKETING_CLIENT_TOKENS")? {
             client_tokens
@@ -395,6 +399,7 @@ impl Config {
             peers,
             bootstrap,
             client_tokens,
+            client_tokens_file,
             peer_token,
             tls_cert,
             tls_key,

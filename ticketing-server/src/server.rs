@@ -96,6 +96,10 @@ pub async fn run_with(
         ctx,
         handshake_timeout: config.handshake_timeout,
     };
+    if config.client_tokens.is_empty() && config.client_tokens_file.is_some() {
+        // SPEC §3.1: no tokens = auth off. Say so loudly when a file was given.
+        warn!("the client tokens file holds no token: client authentication is OFF");
+    }
     info!(
         advertise = %advertise,
         mode = if config.is_standalone() { "standalone" } else { "cluster" },
