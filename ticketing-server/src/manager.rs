@@ -743,7 +743,14 @@ impl Manager {
             return;
         }
         if ks.holder.is_none() && ks.live > 0 {
-            if let Some(head) = self.pop_head(key) {
+            while let Some(head) = self.pop_head(key) {
+                // The held-keys cap was checked when this waiter arrived;
+                // other keys may have filled the server since (§10: B).
+                if self.held >= self.limits.max_held_keys {
+                    inc(&self.metrics.busy);
+                    self.reply(head.conn, head.id, ServerFrame::Busy { id: head.id, key: key.clone() });
+                    continue;
+                }
                 self.grant(head);
                 return;
             }
@@ -964,6 +971,26 @@ mod tests {
             Answer::Reply { frame, .. } | Answer::Fatal(frame) => frame,
             Answer::Dropped(id) => panic!("request {id} dropped"),
         }
+    }
+
+    #[tokio::test]
+    async fn held_keys_cap_is_checked_again_when_a_queued_free_key_is_granted() {
+        let limits = Limits { max_held_keys: 1, ..Limits::default() };
+        let (h, mut rx) = setup(limits).await;
+        // A no-op release keeps key "a" busy; the A behind it waits for it.
+        let release =
+            Request::Release { conn: 1, id: RequestId(1), key: k("a"), owner: o("x"), token: Token::new(5).unwrap() };
+        h.send(release).await.unwrap();
+        acquire(&h, 2, "a", "o1", 0, 5).await;
+        // Meanwhile key "b" takes the only held-key slot.
+        acquire(&h, 3, "b", "o2", 0, 5).await;
+        let mut frames = Vec::new();
+        for _ in 0..3 {
+            frames.push(next(&mut rx).await);
+        }
+        assert!(frames.contains(&ServerFrame::NotHolder { id: RequestId(1), key: k("a") }), "{frames:?}");
+        assert!(frames.iter().any(|f| matches!(f, ServerFrame::Granted { id: RequestId(3), .. })), "{frames:?}");
+        assert!(frames.contains(&ServerFrame::Busy { id: RequestId(2), key: k("a") }), "{frames:?}");
     }
 
     #[tokio::test]
