@@ -3,29 +3,12 @@
 
 mod cluster_common;
 
-use cluster_common::Cluster;
+use cluster_common::{ms, secs, within, Cluster};
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use ticketing_client::{Error, TicketBroker};
-
-fn secs(s: u64) -> Duration {
-    Duration::from_secs(s)
-}
-
-fn ms(m: u64) -> Duration {
-    Duration::from_millis(m)
-}
-
-/// Awaits `fut`, failing the test after `limit`.
-async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(v) => v,
-        Err(_) => panic!("{what}: no result within {limit:?}"),
-    }
-}
 
 /// Starts a 3-node cluster and waits until it has one leader and three voters.
 async fn formed(name: &str) -> (Cluster, usize) {

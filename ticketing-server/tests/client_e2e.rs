@@ -4,28 +4,12 @@
 mod cluster_common;
 mod common;
 
+use cluster_common::{ms, secs, within};
 use common::{temp_file, Server};
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use ticketing_client::{Error, Ticket, TicketBroker};
-
-fn secs(s: u64) -> Duration {
-    Duration::from_secs(s)
-}
-
-fn ms(m: u64) -> Duration {
-    Duration::from_millis(m)
-}
-
-/// Awaits `fut`, failing the test after `limit` (no test ever hangs).
-async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(limit, fut).await {
-        Ok(v) => v,
-        Err(_) => panic!("{what}: no result within {limit:?}"),
-    }
-}
 
 /// A broker for `addr` that has a ready connection.
 async fn ready_broker(addr: &str) -> TicketBroker {

@@ -259,3 +259,21 @@ pub fn acquire_once(port: u16, key: &str, owner: &str, wait: u32, lease: u32) ->
         Err(_) => String::new(),
     }
 }
+
+/// `s` seconds.
+pub fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// `m` milliseconds.
+pub fn ms(m: u64) -> Duration {
+    Duration::from_millis(m)
+}
+
+/// Awaits `fut`, failing the test after `limit` (no test ever hangs).
+pub async fn within<T>(limit: Duration, what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: no result within {limit:?}"),
+    }
+}
