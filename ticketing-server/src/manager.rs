@@ -566,6 +566,21 @@ impl Manager {
 
     // ----- events -----------------------------------------------------------
 
+    /// Whether a new `A`/`R` from `conn` is served: not while draining (no
+    /// answer; the connection gets `E shutting_down`), and not without a
+    /// serving epoch (the connection gets `M`/`E no_leader` and closes).
+    fn accepts_requests(&mut self, conn: ConnId) -> bool {
+        if self.draining {
+            return false;
+        }
+        if self.epoch.is_none() {
+            let frame = self.not_leader_frame();
+            self.send(conn, Answer::Fatal(frame));
+            return false;
+        }
+        true
+    }
+
     fn on_request(&mut self, req: Request) {
         match req {
             Request::Register { conn, tx } => {
@@ -608,12 +623,7 @@ impl Manager {
                 self.drained.push(done);
             }
             Request::Acquire { conn, id, key, owner, wait, lease, read_at } => {
-                if self.draining {
-                    return;
-                }
-                if self.epoch.is_none() {
-                    let frame = self.not_leader_frame();
-                    self.send(conn, Answer::Fatal(frame));
+                if !self.accepts_requests(conn) {
                     return;
                 }
                 let wait_until = read_at + Duration::from_secs(u64::from(wait));
@@ -621,12 +631,7 @@ impl Manager {
                 self.acquire(w, wait);
             }
             Request::Release { conn, id, key, owner, token } => {
-                if self.draining {
-                    return;
-                }
-                if self.epoch.is_none() {
-                    let frame = self.not_leader_frame();
-                    self.send(conn, Answer::Fatal(frame));
+                if !self.accepts_requests(conn) {
                     return;
                 }
                 let ks = self.keys.entry(key.clone()).or_default();
