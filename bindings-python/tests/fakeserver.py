@@ -58,6 +58,7 @@ class FakeConn:
         self.sock = sock
         self.buf = b""
         self.closed = False
+        self.authed = False
 
     def send(self, line: str) -> None:
         self.sock.sendall(line.encode() + b"\n")
@@ -102,6 +103,7 @@ class FakeConn:
             return
         smac = os.urandom(32).hex() if srv.bad_smac else mac(srv.token, "server", snonce, cnonce)
         self.send(f"OK leader {smac}")
+        self.authed = True
         while not srv.stopping.is_set():
             line = self.readline()
             if line is None:

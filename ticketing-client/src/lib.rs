@@ -189,6 +189,15 @@ impl Builder {
         };
         Ok(TicketBroker { shared: Arc::new(shared) })
     }
+
+    /// [`Builder::build`], then waits as [`TicketBroker::connect`] does: until
+    /// a request could be routed, or every first connection attempt has
+    /// settled (at most the 5 s handshake limit), whichever comes first.
+    pub async fn connect(self) -> Result<TicketBroker> {
+        let broker = self.build()?;
+        broker.first_usable().await;
+        Ok(broker)
+    }
 }
 
 /// Cancels an acquire whose future is dropped (SPEC §6.3 step 7).
@@ -217,16 +226,15 @@ impl Drop for CancelGuard {
 }
 
 impl TicketBroker {
-    /// A broker for one address (two connections to it). Resolves once the
-    /// first connection attempts have settled — ready, or failed (refused,
-    /// auth failure, or the 5 s handshake limit) — and returns the broker
-    /// either way: a dead connection never breaks the broker, it keeps
-    /// reconnecting with backoff. Only a bad address is an error
-    /// ([`Error::InvalidArgument`]).
+    /// A broker for one address (two connections to it). Resolves as soon as
+    /// a request could be routed (what [`TicketBroker::wait_ready`] waits
+    /// for), or once every first connection attempt has settled — refused,
+    /// auth failure, or the 5 s handshake limit — whichever comes first, and
+    /// returns the broker either way: a dead connection never breaks the
+    /// broker, it keeps reconnecting with backoff. Only a bad address is an
+    /// error ([`Error::InvalidArgument`]).
     pub async fn connect(addr: &str) -> Result<TicketBroker> {
-        let broker = TicketBroker::builder([addr]).build()?;
-        broker.settled().await;
-        Ok(broker)
+        TicketBroker::builder([addr]).connect().await
     }
 
     /// A snapshot of the pool: whether a request could be routed now, the
@@ -241,11 +249,12 @@ impl TicketBroker {
         rx.await.ok()
     }
 
-    /// Waits until every connection's first attempt since the broker was
-    /// built has settled (at most about 5 s, the handshake limit).
-    async fn settled(&self) {
+    /// Waits until a request could be routed, or every connection's first
+    /// attempt since the broker was built has settled (at most about 5 s, the
+    /// handshake limit), whichever comes first.
+    async fn first_usable(&self) {
         let (reply, rx) = oneshot::channel();
-        if self.shared.send(Cmd::WaitSettled { reply }).is_ok() {
+        if self.shared.send(Cmd::WaitUsable { reply }).is_ok() {
             let _ = rx.await;
         }
     }
@@ -278,10 +287,11 @@ impl TicketBroker {
     /// connection); `lease`: 1–250 s; `budget`: the least work time the
     /// ticket must leave (0–lease). Fractions round up to whole seconds.
     ///
-    /// First-attempt grace: right after the broker is built, while its first
-    /// connection attempts are still in progress (at most the 5 s handshake
-    /// limit), an acquire waits for them even past its `wait`, so building a
-    /// broker and acquiring at once with `wait` 0 works.
+    /// `wait` is a hard bound on finding a connection too: with no routable
+    /// connection the acquire fails with [`Error::Unavailable`] once `wait`
+    /// has passed, nothing sent. So `wait` 0 right after
+    /// [`Builder::build`] (no handshake done yet) fails at once: call
+    /// [`TicketBroker::wait_ready`] first, or use [`TicketBroker::connect`].
     ///
     /// `Ok(None)`: not granted within `wait` (`T`). Errors: [`Error::Busy`],
     /// [`Error::Indeterminate`], [`Error::InsufficientTime`],

@@ -25,13 +25,11 @@
 //!   addresses, exact match; `E no_leader` resets it) and each connection's role;
 //! - routing: a ready leader connection (round-robin), else round-robin over
 //!   ready connections that are not known followers; never a known follower;
-//! - an acquire that finds no connection waits within its `wait` budget
-//!   (then `Unavailable`, or `AuthFailed` when authentication is what failed);
-//!   **first-attempt grace:** while any slot's first connection attempt since
-//!   the broker was built is still in progress (bounded by the 5 s handshake
-//!   limit), an acquire with no route keeps waiting even past its budget, so
-//!   "build, then acquire with `wait` 0" works; once every first attempt has
-//!   settled (ready or failed) the budget rule applies again;
+//! - an acquire that finds no connection waits within its `wait` budget and
+//!   never longer (then `Unavailable`, or `AuthFailed` when authentication is
+//!   what failed); `wait` 0 is one immediate routing attempt, so right after
+//!   the broker is built (no handshake done yet) it fails at once — wait for
+//!   [`Broker::is_ready`] first (what `connect` and `wait_ready` do);
 //!   an unsent acquire is re-routed when its session dies; a possibly-sent one
 //!   ends `Indeterminate` and is never resent;
 //! - the conservative deadline check (§6.3 step 4), compensations through the
@@ -306,8 +304,6 @@ pub struct Broker {
     timers: TimerTable<Timer>,
     events: VecDeque<BrokerEvent>,
     phase: Phase,
-    /// The last first attempt just settled: overdue waiting acquires must be expired.
-    grace_ended: bool,
 }
 
 impl fmt::Debug for Broker {
@@ -353,7 +349,6 @@ impl Broker {
             timers: TimerTable::new(),
             events: VecDeque::new(),
             phase: Phase::Open,
-            grace_ended: false,
         };
         for i in 0..b.slots.len() {
             b.connect(now, i);
@@ -367,10 +362,11 @@ impl Broker {
     }
 
     /// True once every slot's first connection attempt since the broker was
-    /// built has settled (its handshake completed, or it failed). Until then
-    /// acquires without a route wait past their budget (first-attempt grace).
+    /// built has settled (its handshake completed, or it failed), or the
+    /// broker is no longer open. With [`Broker::is_ready`], what `connect`
+    /// waits for: whichever comes first.
     pub fn first_attempts_settled(&self) -> bool {
-        !self.in_grace()
+        self.phase != Phase::Open || self.slots.iter().all(|s| !s.first_attempt)
     }
 
     /// True when some slot's last handshake failed authentication (a wrong
@@ -419,7 +415,8 @@ impl Broker {
         self.waiting.push_back(op);
         self.timers.set(Timer::Budget(op), budget_deadline);
         self.dispatch(now);
-        if self.ops.get(&op).map(|o| o.state) == Some(OpState::Waiting) && budget_deadline <= now && !self.in_grace() {
+        // `wait` 0 (or a budget already spent): one routing attempt, no waiting.
+        if self.ops.get(&op).map(|o| o.state) == Some(OpState::Waiting) && budget_deadline <= now {
             self.expire_waiting(op);
         }
         op
@@ -528,7 +525,6 @@ impl Broker {
         }
         self.after_session(now, slot);
         self.dispatch(now);
-        self.after_grace(now);
     }
 
     /// Transport `conn` ended (EOF, I/O error, connect or TLS failure).
@@ -539,7 +535,6 @@ impl Broker {
         }
         self.after_session(now, slot);
         self.dispatch(now);
-        self.after_grace(now);
     }
 
     /// Fires every timer due at `now`.
@@ -563,9 +558,7 @@ impl Broker {
                     if self.ops.get(&op).map(|o| o.state) == Some(OpState::Waiting) {
                         // One last chance: a connection may be ready right now.
                         self.dispatch(now);
-                        // During the first-attempt grace it keeps waiting; the end of
-                        // the grace expires it (`after_grace`).
-                        if self.ops.get(&op).map(|o| o.state) == Some(OpState::Waiting) && !self.in_grace() {
+                        if self.ops.get(&op).map(|o| o.state) == Some(OpState::Waiting) {
                             self.expire_waiting(op);
                         }
                     }
@@ -579,7 +572,6 @@ impl Broker {
             }
         }
         self.dispatch(now);
-        self.after_grace(now);
     }
 
     /// Bytes to write on one transport. Call after every mutation until `None`.
@@ -609,34 +601,9 @@ impl Broker {
 
     // -- internals ----------------------------------------------------------
 
-    /// Some slot's first connection attempt is still in progress.
-    fn in_grace(&self) -> bool {
-        self.phase == Phase::Open && self.slots.iter().any(|s| s.first_attempt)
-    }
-
     /// Marks the first attempt of `slot` as settled (ready or failed).
     fn settle_first_attempt(&mut self, slot: usize) {
-        if std::mem::replace(&mut self.slots[slot].first_attempt, false) && !self.in_grace() {
-            self.grace_ended = true;
-        }
-    }
-
-    /// When the first-attempt grace has just ended: waiting acquires whose
-    /// budget is already spent get their last routing chance, then fail.
-    fn after_grace(&mut self, now: Instant) {
-        if !std::mem::take(&mut self.grace_ended) {
-            return;
-        }
-        self.dispatch(now);
-        let overdue: Vec<OpId> = self
-            .waiting
-            .iter()
-            .copied()
-            .filter(|op| self.ops.get(op).map(|a| a.budget_deadline <= now).unwrap_or(false))
-            .collect();
-        for op in overdue {
-            self.expire_waiting(op);
-        }
+        self.slots[slot].first_attempt = false;
     }
 
     fn alloc_op(&mut self) -> OpId {
@@ -825,7 +792,7 @@ impl Broker {
                 self.timers.clear(Timer::Budget(op));
                 self.events.push_back(BrokerEvent::Acquired { op, result: Err(Failure::AuthFailed) });
             }
-        } else if !self.in_grace() {
+        } else {
             // Give them one routing attempt first (another connection may be ready).
             self.dispatch(now);
             for op in expired {
@@ -833,8 +800,6 @@ impl Broker {
                     self.expire_waiting(op);
                 }
             }
-        } else {
-            self.dispatch(now);
         }
         self.sync_lane_timer();
     }
