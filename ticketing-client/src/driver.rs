@@ -282,9 +282,10 @@ impl Driver {
             BrokerEvent::SessionEnded { conn, addr, reason } => {
                 debug!(conn = conn.0, %addr, ?reason, "session ended");
                 let why = match reason {
-                    CloseReason::HandshakeTimeout => {
-                        Some("no handshake within 5 s (TLS mismatch? check the tls option on both sides)".to_owned())
-                    }
+                    CloseReason::HandshakeTimeout => Some(format!(
+                        "no handshake within {} s (TLS mismatch? check the tls option on both sides)",
+                        ticketing_proto::limits::HANDSHAKE_TIMEOUT.as_secs()
+                    )),
                     CloseReason::AuthFailed => {
                         Some("authentication failed (wrong token, or the server could not prove it knows it)".into())
                     }

@@ -82,7 +82,7 @@ impl BrokerConfig {
             token: token.into(),
             session: SessionConfig::default(),
             lane_capacity: lane::DEFAULT_CAPACITY,
-            max_pending_per_conn: 1024,
+            max_pending_per_conn: crate::limits::MAX_PENDING_PER_CONN,
             lane_slots_per_conn: 64,
         }
     }

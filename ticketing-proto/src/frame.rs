@@ -17,16 +17,7 @@ use nom::IResult;
 use nom::Parser;
 use std::fmt;
 
-/// A whole frame, LF included, is at most this many bytes.
-pub const MAX_FRAME: usize = 512;
-/// Largest legal `wait` (seconds).
-pub const MAX_WAIT: u8 = 255;
-/// Largest legal `lease` (seconds).
-pub const MAX_LEASE: u8 = 250;
-/// Smallest legal `lease` (seconds).
-pub const MIN_LEASE: u8 = 1;
-/// Tokens are strictly below this bound (fits a signed 64-bit column).
-pub const TOKEN_LIMIT: u64 = 1 << 63;
+pub use crate::limits::{MAX_FRAME, MAX_LEASE, MAX_WAIT, MIN_LEASE, TOKEN_LIMIT};
 
 /// Why a line (or one field of it) is not a valid frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,23 +160,19 @@ impl Hex32 {
         if text.len() != 64 {
             return Err(bad("nonce/mac must be 64 hex characters"));
         }
-        let mut out = [0u8; 32];
-        for (i, pair) in text.chunks_exact(2).enumerate() {
-            let hi = hex_digit(pair[0]).ok_or(bad("nonce/mac must be lowercase hex"))?;
-            let lo = hex_digit(pair[1]).ok_or(bad("nonce/mac must be lowercase hex"))?;
-            out[i] = (hi << 4) | lo;
+        // The `hex` crate also takes upper case; the wire allows lower case only.
+        if !text.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(bad("nonce/mac must be lowercase hex"));
         }
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(text, &mut out).map_err(|_| bad("nonce/mac must be lowercase hex"))?;
         Ok(Hex32(out))
     }
 
     /// The lowercase hex text (64 bytes).
     pub fn to_hex(&self) -> [u8; 64] {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
         let mut out = [0u8; 64];
-        for (i, b) in self.0.iter().enumerate() {
-            out[2 * i] = DIGITS[(b >> 4) as usize];
-            out[2 * i + 1] = DIGITS[(b & 15) as usize];
-        }
+        hex::encode_to_slice(self.0, &mut out).unwrap_or_else(|_| unreachable!("64 = 2 x 32"));
         out
     }
 
@@ -198,14 +185,6 @@ impl Hex32 {
 impl fmt::Debug for Hex32 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Hex32({})", self.to_hex_string())
-    }
-}
-
-fn hex_digit(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
     }
 }
 
@@ -637,7 +616,7 @@ fn parse_wait(field: &[u8]) -> Result<u8, FrameError> {
 
 fn parse_lease(field: &[u8]) -> Result<u8, FrameError> {
     match parse_u64(field)? {
-        n @ 1..=250 => Ok(n as u8),
+        n if (u64::from(MIN_LEASE)..=u64::from(MAX_LEASE)).contains(&n) => Ok(n as u8),
         _ => Err(bad("lease out of range 1-250")),
     }
 }

@@ -17,6 +17,7 @@ pub mod broker;
 pub mod deadline;
 pub mod frame;
 pub mod lane;
+pub mod limits;
 pub mod params;
 pub mod session;
 pub mod timer;

@@ -79,12 +79,7 @@ pub fn acquire(key_text: &str, wait_s: f64, lease_s: f64, budget_s: f64) -> Resu
 pub fn owner<R: RngCore>(rng: &mut R) -> Owner {
     let mut raw = [0u8; 16];
     rng.fill_bytes(&mut raw);
-    let mut text = String::with_capacity(32);
-    for b in raw {
-        text.push(char::from(b"0123456789abcdef"[(b >> 4) as usize]));
-        text.push(char::from(b"0123456789abcdef"[(b & 15) as usize]));
-    }
-    Owner::new(text).unwrap_or_else(|_| unreachable!("hex is visible ASCII"))
+    Owner::new(hex::encode(raw)).unwrap_or_else(|_| unreachable!("hex is visible ASCII"))
 }
 
 #[cfg(test)]

@@ -45,7 +45,7 @@ pub struct SessionConfig {
 impl Default for SessionConfig {
     fn default() -> Self {
         SessionConfig {
-            handshake_timeout: Duration::from_secs(5),
+            handshake_timeout: crate::limits::HANDSHAKE_TIMEOUT,
             keepalive_idle: Duration::from_secs(1),
             keepalive_dead: Duration::from_secs(3),
             answer_grace: Duration::from_secs(5),
