@@ -93,7 +93,7 @@ struct Shared {
 impl Shared {
     fn spawn_driver(config: &BrokerConfig, tls: &Option<Arc<ClientConfig>>) -> Result<mpsc::UnboundedSender<Cmd>> {
         let broker = Broker::new(Instant::now(), config.clone(), Box::new(rand_core::OsRng))
-            .map_err(|e| Error::InvalidArgument(e.0))?;
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
         let (tx, rx) = mpsc::unbounded_channel();
         runtime().spawn(driver::run(broker, tls.clone(), rx));
         Ok(tx)
@@ -172,7 +172,7 @@ impl Builder {
     /// Works from inside or outside any tokio runtime.
     pub fn build(self) -> Result<TicketBroker> {
         let config = BrokerConfig::new(self.addrs, self.token);
-        config.validate().map_err(|e| Error::InvalidArgument(e.0))?;
+        config.validate().map_err(|e| Error::InvalidArgument(e.to_string()))?;
         let tls = tls::client_config(&self.tls)?;
         if tls.is_some() {
             for a in &config.addrs {

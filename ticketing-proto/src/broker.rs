@@ -37,9 +37,10 @@
 
 use crate::deadline::{self, Verdict};
 use crate::frame::{Addr, Hex32, Key, Owner, Role, Token};
-use crate::lane::{self, EntryId, ExactGrant, Lane, Outcome, Purpose};
+use crate::lane::{self, ExactGrant, Lane, Outcome, Purpose};
+pub use crate::op::OpId;
 use crate::params::{self, AcquireParams};
-use crate::session::{Answer, CancelOutcome, CloseReason, Closed, Request, Session, SessionConfig, SessionEvent, Tag};
+use crate::session::{Answer, CancelOutcome, CloseReason, Closed, Request, Session, SessionConfig, SessionEvent};
 use crate::timer::TimerTable;
 use bytes::Bytes;
 use rand_core::RngCore;
@@ -90,22 +91,22 @@ impl BrokerConfig {
     /// Checks the addresses: at least one, each `host:port` in visible ASCII.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.addrs.is_empty() {
-            return Err(ConfigError("at least one address is required".into()));
+            return Err(ConfigError::NoAddress);
         }
         for a in &self.addrs {
             if Addr::new(a.clone()).is_err() {
-                return Err(ConfigError(format!("address {a:?} must be 1-255 visible ASCII bytes (host:port)")));
+                return Err(ConfigError::AddressText { addr: a.clone() });
             }
             match a.rsplit_once(':') {
                 Some((host, port)) if !host.is_empty() && port.parse::<u16>().map(|p| p > 0).unwrap_or(false) => {}
-                _ => return Err(ConfigError(format!("address {a:?} must be host:port with a port in 1-65535"))),
+                _ => return Err(ConfigError::AddressPort { addr: a.clone() }),
             }
         }
         if self.lane_capacity == 0
             || self.max_pending_per_conn < self.lane_slots_per_conn + 2
             || self.lane_slots_per_conn == 0
         {
-            return Err(ConfigError("inconsistent lane or pending limits".into()));
+            return Err(ConfigError::Limits);
         }
         Ok(())
     }
@@ -113,11 +114,36 @@ impl BrokerConfig {
 
 /// A bad [`BrokerConfig`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError(pub String);
+#[non_exhaustive]
+pub enum ConfigError {
+    /// No address was given.
+    NoAddress,
+    /// An address is not 1–255 visible ASCII bytes.
+    AddressText {
+        /// The address given.
+        addr: String,
+    },
+    /// An address is not `host:port` with a port in 1–65535.
+    AddressPort {
+        /// The address given.
+        addr: String,
+    },
+    /// The lane capacity, lane slots and in-flight limit do not fit together.
+    Limits,
+}
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            ConfigError::NoAddress => f.write_str("at least one address is required"),
+            ConfigError::AddressText { addr } => {
+                write!(f, "address {addr:?} must be 1-255 visible ASCII bytes (host:port)")
+            }
+            ConfigError::AddressPort { addr } => {
+                write!(f, "address {addr:?} must be host:port with a port in 1-65535")
+            }
+            ConfigError::Limits => f.write_str("inconsistent lane or pending limits"),
+        }
     }
 }
 
@@ -126,10 +152,6 @@ impl std::error::Error for ConfigError {}
 /// One transport (a connection attempt) of the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnId(pub u64);
-
-/// One operation: an acquire, or a release in the lane.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OpId(pub u64);
 
 /// A grant that became a ticket.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,9 +175,9 @@ impl Grant {
     }
 }
 
-/// Why an operation failed.
+/// Why an operation failed. Exhaustive on purpose: every driver maps each
+/// failure to its own error, and a new one must be mapped consciously.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum Failure {
     /// `B`: refused for capacity; final.
     Busy,
@@ -172,6 +194,22 @@ pub enum Failure {
     /// The broker is closed.
     Closed,
 }
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Failure::Busy => "busy: refused for capacity",
+            Failure::Indeterminate => "indeterminate: possibly sent, no definite answer",
+            Failure::InsufficientTime => "insufficient time: granted with less than the budget left",
+            Failure::Unavailable => "unavailable: no ready connection within the budget",
+            Failure::AuthFailed => "auth failed",
+            Failure::ReleaseUnconfirmed => "release unconfirmed: no final answer within 5 s",
+            Failure::Closed => "closed",
+        })
+    }
+}
+
+impl std::error::Error for Failure {}
 
 /// What the broker asks of its driver, and what it reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -431,7 +469,7 @@ impl Broker {
         }
         self.live.remove(&grant.id);
         let op = self.alloc_op();
-        match self.lane.enqueue(now, EntryId(op.0), grant.exact(), purpose) {
+        match self.lane.enqueue(now, op, grant.exact(), purpose) {
             Ok(()) => {
                 self.dispatch(now);
                 self.sync_lane_timer();
@@ -461,7 +499,7 @@ impl Broker {
             OpState::Sent(conn) => {
                 let Some(&slot) = self.conn_slot.get(&conn) else { return };
                 let Some(c) = self.slots[slot].conn.as_mut() else { return };
-                match c.session.cancel(Tag(op.0)) {
+                match c.session.cancel(op) {
                     CancelOutcome::Unsent | CancelOutcome::NotFound => {}
                     CancelOutcome::PossiblySent => {
                         c.session.close(CloseReason::Cancelled);
@@ -503,7 +541,7 @@ impl Broker {
         live.sort_by_key(|(id, _)| *id);
         for (_, g) in live {
             let op = self.alloc_op();
-            if self.lane.enqueue(now, EntryId(op.0), g.clone(), Purpose::BestEffort).is_err() {
+            if self.lane.enqueue(now, op, g.clone(), Purpose::BestEffort).is_err() {
                 self.events.push_back(BrokerEvent::LaneDone {
                     grant: g,
                     purpose: Purpose::BestEffort,
@@ -667,7 +705,7 @@ impl Broker {
                         self.hint = Some(addr.as_str().to_owned());
                     }
                 }
-                SessionEvent::Answer { tag, answer } => self.on_answer(now, OpId(tag.0), answer),
+                SessionEvent::Answer { op, answer } => self.on_answer(now, op, answer),
                 SessionEvent::OrphanGrant { key, owner, token } => {
                     self.enqueue_compensation(now, ExactGrant { key, owner, token });
                 }
@@ -681,10 +719,10 @@ impl Broker {
     }
 
     fn on_answer(&mut self, now: Instant, op: OpId, answer: Answer) {
-        if self.lane.contains(EntryId(op.0)) {
+        if self.lane.contains(op) {
             match answer {
-                Answer::Released => self.lane.answer(EntryId(op.0), true),
-                Answer::NotHolder => self.lane.answer(EntryId(op.0), false),
+                Answer::Released => self.lane.answer(op, true),
+                Answer::NotHolder => self.lane.answer(op, false),
                 _ => {}
             }
             self.drain_lane();
@@ -748,8 +786,7 @@ impl Broker {
 
         // Unsent requests: acquires go back to the router, releases to the lane.
         let mut back: Vec<OpId> = Vec::new();
-        for (tag, req) in closed.unsent {
-            let op = OpId(tag.0);
+        for (op, req) in closed.unsent {
             match req {
                 Request::Acquire { .. } => {
                     if let Some(a) = self.ops.get_mut(&op) {
@@ -758,7 +795,7 @@ impl Broker {
                         back.push(op);
                     }
                 }
-                Request::Release { .. } => self.lane.requeue(EntryId(op.0), None),
+                Request::Release { .. } => self.lane.requeue(op, None),
             }
         }
         back.sort();
@@ -766,8 +803,7 @@ impl Broker {
             self.waiting.push_front(op);
         }
         // Possibly sent: acquires are Indeterminate (never resent), releases retry.
-        for (tag, req) in closed.possibly_sent {
-            let op = OpId(tag.0);
+        for (op, req) in closed.possibly_sent {
             match req {
                 Request::Acquire { .. } => {
                     if self.ops.remove(&op).is_some() {
@@ -775,7 +811,7 @@ impl Broker {
                         self.events.push_back(BrokerEvent::Acquired { op, result: Err(Failure::Indeterminate) });
                     }
                 }
-                Request::Release { .. } => self.lane.requeue(EntryId(op.0), Some(conn)),
+                Request::Release { .. } => self.lane.requeue(op, Some(conn)),
             }
         }
         // Waiting acquires whose budget already ran out while they were in flight.
@@ -833,7 +869,7 @@ impl Broker {
             return;
         }
         let op = self.alloc_op();
-        if self.lane.enqueue(now, EntryId(op.0), grant.clone(), Purpose::Compensation).is_err() {
+        if self.lane.enqueue(now, op, grant.clone(), Purpose::Compensation).is_err() {
             self.events.push_back(BrokerEvent::LaneDone {
                 grant,
                 purpose: Purpose::Compensation,
@@ -852,7 +888,7 @@ impl Broker {
                         Outcome::NotHolder => Ok(false),
                         Outcome::Unconfirmed => Err(Failure::ReleaseUnconfirmed),
                     };
-                    self.events.push_back(BrokerEvent::Released { op: OpId(id.0), result });
+                    self.events.push_back(BrokerEvent::Released { op: id, result });
                 }
                 purpose => self.events.push_back(BrokerEvent::LaneDone { grant: entry.grant, purpose, outcome }),
             }
@@ -941,14 +977,14 @@ impl Broker {
         if self.phase == Phase::Closed {
             return;
         }
-        let queued: Vec<(EntryId, ExactGrant, Vec<ConnId>)> =
+        let queued: Vec<(OpId, ExactGrant, Vec<ConnId>)> =
             self.lane.queued().map(|(id, e)| (id, e.grant.clone(), e.tried.clone())).collect();
         let mut touched: Vec<usize> = Vec::new();
         for (id, g, tried) in queued {
             let Some(slot) = self.pick(true, &tried) else { break };
             let Some(c) = self.slots[slot].conn.as_mut() else { continue };
             let req = Request::Release { key: g.key, owner: g.owner, token: g.token };
-            if c.session.send(now, Tag(id.0), req).is_ok() {
+            if c.session.send(now, id, req).is_ok() {
                 let conn = c.id;
                 self.lane.mark_sent(id, conn);
                 touched.push(slot);
@@ -969,7 +1005,7 @@ impl Broker {
             let wait = u8::try_from(left_secs.min(u64::from(max_wait))).unwrap_or(max_wait);
             let req = Request::Acquire { key, owner, wait, lease };
             let Some(c) = self.slots[slot].conn.as_mut() else { continue };
-            match c.session.send(now, Tag(op.0), req) {
+            match c.session.send(now, op, req) {
                 Ok(_) => {
                     let conn = c.id;
                     if let Some(a) = self.ops.get_mut(&op) {

@@ -18,6 +18,7 @@ pub mod deadline;
 pub mod frame;
 pub mod lane;
 pub mod limits;
+pub mod op;
 pub mod params;
 pub mod session;
 pub mod timer;
