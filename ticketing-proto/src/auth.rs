@@ -2,7 +2,7 @@
 //! (peer port): nonces from an injected RNG, `cmac`/`smac` with HMAC-SHA256,
 //! constant-time verification.
 
-use crate::frame::Hex32;
+use crate::field::Hex32;
 use hmac::{Hmac, Mac};
 use rand_core::{CryptoRng, RngCore};
 use sha2::Sha256;

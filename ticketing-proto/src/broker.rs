@@ -36,7 +36,7 @@
 //!   lane, cancellation (§6.3 step 7), close (§6.4).
 
 use crate::deadline::{self, Verdict};
-use crate::frame::{Addr, Hex32, Key, Owner, Role, Token};
+use crate::field::{Addr, Hex32, Key, Owner, Role, Token};
 use crate::lane::{self, ExactGrant, Lane, Outcome, Purpose};
 pub use crate::op::OpId;
 use crate::params::{self, AcquireParams};

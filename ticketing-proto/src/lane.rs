@@ -8,7 +8,7 @@
 //! then other connections), gives each connection reserved in-flight slots
 //! for them, and feeds the answers back.
 
-use crate::frame::{Key, Owner, Token};
+use crate::field::{Key, Owner, Token};
 use crate::op::OpId;
 use crate::timer::TimerTable;
 use std::collections::{HashMap, VecDeque};

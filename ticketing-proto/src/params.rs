@@ -2,7 +2,8 @@
 //! are rounded UP to whole seconds, then validated; values are never clamped.
 //! Every binding calls these before anything is sent.
 
-use crate::frame::{Key, Owner, MAX_LEASE, MAX_WAIT, MIN_LEASE};
+use crate::field::{Key, Owner};
+use crate::limits::{MAX_LEASE, MAX_WAIT, MIN_LEASE};
 use rand_core::RngCore;
 use std::fmt;
 
