@@ -18,7 +18,7 @@ class _Stale(Exception):
 
 
 def fenced_decrement(db: sqlite3.Connection, key: str, token: int) -> bool:
-    """Decrements the stock in ONE transaction with the fence update (SPEC §5).
+    """Decrements the stock in ONE transaction with the fence update (docs/protocol.md §6).
     Returns False when the token is stale (a newer holder already wrote)."""
     try:
         with db:  # one transaction: commit on success, roll back on an exception

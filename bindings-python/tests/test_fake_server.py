@@ -1,5 +1,5 @@
 """Client behaviour through the binding against scripted fake servers
-(SPEC §6.2-6.4): the binding must surface the client's typed outcomes."""
+(docs/client.md, Response matching to Release lane): the binding must surface the client's typed outcomes."""
 
 from __future__ import annotations
 
@@ -261,7 +261,7 @@ def test_async_cancel_after_send_closes_that_session() -> None:
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            # possibly sent → the client closes that session (SPEC §6.3 step 7)
+            # possibly sent → the client closes that session (docs/client.md, Acquire step 7)
             assert await asyncio.to_thread(wait_until, lambda: _conn_closed_after(fake, closed_before), 2)
             time.sleep(0.3)
             assert len(fake.sent("A")) == 1, "a cancelled acquire is never resent"
@@ -304,7 +304,7 @@ def test_ctrl_c_after_send_closes_that_session() -> None:
 
 
 def test_one_address_lock_loop_spreads_acquires_over_both_connections() -> None:
-    # SPEC §6.1: one address → two connections, round-robin. The releases of a
+    # docs/client.md, Connections: one address → two connections, round-robin. The releases of a
     # `with lock:` loop must not take every other turn from the acquires
     # (before the fix every acquire went to one connection, every R to the other).
     seen: list[object] = []

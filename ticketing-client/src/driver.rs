@@ -267,7 +267,7 @@ impl Driver {
                 };
                 self.by_cid.remove(&cid);
                 if let Err(Ok(Some(grant))) = reply.send(result) {
-                    // The caller went away between the grant and its delivery (§6.3 step 7).
+                    // The caller went away between the grant and its delivery (docs/client.md, Acquire step 7).
                     self.broker.compensate(Instant::now(), &grant);
                 }
             }

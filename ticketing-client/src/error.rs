@@ -1,4 +1,4 @@
-//! The client's typed errors (SPEC §7).
+//! The client's typed errors (docs/client.md, Rust API).
 
 use std::fmt;
 use ticketing_proto::broker::Failure;

@@ -2,7 +2,7 @@
 //!
 //! The Rust client of Ticketing, a distributed FIFO lock service with
 //! fencing tokens. It is a tokio driver of the sans-IO core in
-//! `ticketing-proto`, where every client rule of SPEC §6 lives; the Ruby,
+//! `ticketing-proto`, where every client rule of docs/client.md lives; the Ruby,
 //! Python and Node bindings wrap this crate.
 //!
 //! ```no_run
@@ -200,7 +200,7 @@ impl Builder {
     }
 }
 
-/// Cancels an acquire whose future is dropped (SPEC §6.3 step 7).
+/// Cancels an acquire whose future is dropped (docs/client.md, Acquire step 7).
 struct CancelGuard {
     shared: Arc<Shared>,
     cid: u64,
@@ -282,7 +282,7 @@ impl TicketBroker {
         rx.await.unwrap_or(false)
     }
 
-    /// Acquires `key` (SPEC §6.3). `wait`: at most this long in the server's
+    /// Acquires `key` (docs/client.md, Acquire). `wait`: at most this long in the server's
     /// queue (0 = one immediate attempt; also the budget for finding a
     /// connection); `lease`: 1–250 s; `budget`: the least work time the
     /// ticket must leave (0–lease). Fractions round up to whole seconds.
@@ -403,7 +403,7 @@ impl Ticket {
         self.grant.key.as_str()
     }
 
-    /// Conservative time left (SPEC §6.3 step 4), 0 once expired.
+    /// Conservative time left (docs/client.md, Acquire step 4), 0 once expired.
     pub fn remaining(&self) -> Duration {
         self.grant.deadline.saturating_duration_since(Instant::now())
     }
@@ -436,7 +436,7 @@ impl Ticket {
         }
     }
 
-    /// Releases exactly this grant (SPEC §6.4): `Ok(true)` on `R`,
+    /// Releases exactly this grant (docs/client.md, Release lane): `Ok(true)` on `R`,
     /// `Ok(false)` on `N` (expired, or released by an earlier attempt),
     /// [`Error::ReleaseUnconfirmed`] without a final answer within 5 s (or a
     /// full lane). Once a definite answer came, later calls return it again.

@@ -1,5 +1,5 @@
-//! TLS modes (SPEC §7): off, system roots, a CA file, or no verification
-//! (tests only). TLS wraps the stream from its first byte (§3).
+//! TLS modes (docs/client.md, Rust API): off, system roots, a CA file, or no verification
+//! (tests only). TLS wraps the stream from its first byte (docs/protocol.md §1).
 
 use crate::error::{Error, Result};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};

@@ -1,6 +1,6 @@
-//! The challenge–response handshake of SPEC §3.1 (client port) and §8.4
-//! (peer port): nonces from an injected RNG, `cmac`/`smac` with HMAC-SHA256,
-//! constant-time verification.
+//! The challenge–response handshake of docs/protocol.md §3 (client port) and
+//! docs/cluster-protocol.md §1 (peer port): nonces from an injected RNG,
+//! `cmac`/`smac` with HMAC-SHA256, constant-time verification.
 
 use crate::field::Hex32;
 use hmac::{Hmac, Mac};

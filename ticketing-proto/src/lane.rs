@@ -1,4 +1,4 @@
-//! The release lane of SPEC §6.4: a bounded queue of exact-token releases
+//! The release lane of docs/client.md, Release lane: a bounded queue of exact-token releases
 //! (explicit releases, compensations, best-effort releases), each with an
 //! absolute deadline of 5 s from enqueue.
 //!

@@ -1,4 +1,4 @@
-//! Client-side parameter rules of SPEC §2: durations given with fractions
+//! Client-side parameter rules of docs/protocol.md §2: durations given with fractions
 //! are rounded UP to whole seconds, then validated; values are never clamped.
 //! Every binding calls these before anything is sent.
 

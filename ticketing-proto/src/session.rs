@@ -1,5 +1,5 @@
-//! One client connection as a pure state machine (SPEC §3.1, §6.1 keepalive,
-//! §6.2 response matching, §6.3 step 6, and the Indeterminate rule).
+//! One client connection as a pure state machine (docs/protocol.md §3, docs/client.md, Connections keepalive,
+//! docs/client.md, Response matching response matching, docs/client.md, Acquire step 6, and the Indeterminate rule).
 //!
 //! # Driving it
 //! Create a [`Session`] when the transport is opened (the handshake clock
@@ -31,7 +31,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-/// Timing of one session. The defaults are the values of SPEC §3.1, §6.1, §6.3.
+/// Timing of one session. The defaults are the values of docs/protocol.md §3, docs/client.md, Connections, docs/client.md, Acquire.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionConfig {
     /// The handshake (connect, TLS, greeting, AUTH, OK) must finish within this (5 s).
@@ -130,14 +130,14 @@ pub enum CloseReason {
     KeepaliveTimeout,
     /// An acquire was not answered within `wait + answer_grace`.
     AnswerTimeout,
-    /// A possibly-sent acquire was cancelled (SPEC §6.3 step 7).
+    /// A possibly-sent acquire was cancelled (docs/client.md, Acquire step 7).
     Cancelled,
     /// Closed by the caller.
     Local,
 }
 
 impl CloseReason {
-    /// `auth_failed` and `not_active` make the reconnect backoff jump to its cap (§6.1).
+    /// `auth_failed` and `not_active` make the reconnect backoff jump to its cap (docs/client.md, Connections).
     pub fn backoff_to_cap(&self) -> bool {
         matches!(self, CloseReason::AuthFailed | CloseReason::NotActive)
     }
@@ -213,7 +213,7 @@ impl std::error::Error for SendError {}
 pub enum CancelOutcome {
     /// The bytes were never handed out: the request is gone, nothing was sent.
     Unsent,
-    /// Bytes may have been written: the caller must close the session (§6.3 step 7).
+    /// Bytes may have been written: the caller must close the session (docs/client.md, Acquire step 7).
     PossiblySent,
     /// No such pending request.
     NotFound,
@@ -348,7 +348,7 @@ impl Session {
         Ok(id)
     }
 
-    /// Cancels the pending request `op` (SPEC §6.3 step 7). An unsent one is
+    /// Cancels the pending request `op` (docs/client.md, Acquire step 7). An unsent one is
     /// removed; for a possibly-sent one the caller must close the session.
     pub fn cancel(&mut self, op: OpId) -> CancelOutcome {
         let Some(&id) = self.by_op.get(&op) else { return CancelOutcome::NotFound };

@@ -316,7 +316,7 @@ fn one_leader() -> World {
     w
 }
 
-// ---------------------------------------------------------------- §6.3 basics
+// ---------------------------------------------------------------- docs/client.md, Acquire basics
 
 #[test]
 fn grant_becomes_a_ticket_with_the_conservative_deadline() {
@@ -669,7 +669,7 @@ fn acquire_during_a_slow_handshake_is_sent_with_what_is_left_of_its_budget() {
     assert_eq!(w.result(op), None);
 }
 
-// ---------------------------------------------------------------- §6.3 step 4
+// ---------------------------------------------------------------- docs/client.md, Acquire step 4
 
 #[test]
 fn late_grant_with_waited_ms_zero_is_insufficient_time_and_compensated() {
@@ -712,7 +712,7 @@ fn grant_with_no_time_left_at_all_is_insufficient_even_with_budget_zero() {
     assert_eq!(w.result(op), Some(Err(Failure::InsufficientTime)));
 }
 
-// ---------------------------------------------------------------- §6.2 rows
+// ---------------------------------------------------------------- docs/client.md, Response matching rows
 
 #[test]
 fn unsolicited_grant_is_released_with_its_exact_token_within_5s() {
@@ -899,7 +899,7 @@ fn handshake_gives_up_after_5s() {
     assert_eq!(w.ended, vec![CloseReason::HandshakeTimeout, CloseReason::HandshakeTimeout]);
 }
 
-// ---------------------------------------------------------------- §6.4 lane
+// ---------------------------------------------------------------- docs/client.md, Release lane lane
 
 fn ticket(w: &mut World) -> Grant {
     let op = w.acquire("k", 5.0, 30.0, 0.0);
@@ -930,7 +930,7 @@ fn release_r_is_true_n_is_false() {
 
 #[test]
 fn acquires_round_robin_over_both_connections_even_with_releases_in_between() {
-    // SPEC §6.1: with one address, two connections, round-robin. The lane's
+    // docs/client.md, Connections: with one address, two connections, round-robin. The lane's
     // releases must not shift the acquires' rotation: acquire → release in a
     // loop (a `with lock:` loop) spreads the acquires over both connections.
     let mut w = one_leader();
@@ -1001,7 +1001,7 @@ fn lane_has_reserved_slots_acquires_cannot_take() {
     assert_eq!(w.releases_seen().len(), 1, "the release still goes out");
 }
 
-// ---------------------------------------------------------------- §6.3 step 7
+// ---------------------------------------------------------------- docs/client.md, Acquire step 7
 
 #[test]
 fn cancel_unsent_sends_nothing() {

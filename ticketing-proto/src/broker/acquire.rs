@@ -4,7 +4,7 @@
 use super::*;
 
 impl Broker {
-    /// Starts an acquire (SPEC §6.3): a fresh owner, then routing within the
+    /// Starts an acquire (docs/client.md, Acquire): a fresh owner, then routing within the
     /// `wait` budget. The result comes as [`BrokerEvent::Acquired`].
     pub fn acquire(&mut self, now: Instant, params: &AcquireParams) -> OpId {
         let op = self.alloc_op();
@@ -36,7 +36,7 @@ impl Broker {
         op
     }
 
-    /// Cancels acquire `op` (SPEC §6.3 step 7): an unsent one just disappears;
+    /// Cancels acquire `op` (docs/client.md, Acquire step 7): an unsent one just disappears;
     /// for a possibly-sent one the session is closed (its other possibly-sent
     /// acquires become Indeterminate). No event is reported for `op`.
     pub fn cancel(&mut self, now: Instant, op: OpId) {

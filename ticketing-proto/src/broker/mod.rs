@@ -87,7 +87,7 @@ pub struct BrokerConfig {
 }
 
 impl BrokerConfig {
-    /// Defaults of SPEC §6 for `addrs` and `token`.
+    /// Defaults of docs/client.md for `addrs` and `token`.
     pub fn new(addrs: Vec<String>, token: impl Into<Vec<u8>>) -> BrokerConfig {
         BrokerConfig {
             addrs,
@@ -175,7 +175,7 @@ pub struct Grant {
     pub owner: Owner,
     /// Fencing token.
     pub token: Token,
-    /// Conservative deadline (§6.3 step 4).
+    /// Conservative deadline (docs/client.md, Acquire step 4).
     pub deadline: Instant,
 }
 

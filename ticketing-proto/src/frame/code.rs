@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-/// The error codes of `E <code>` (SPEC §3.3, plus `wrong_domain` of §8.4).
+/// The error codes of `E <code>` (docs/protocol.md §5, plus `wrong_domain` of docs/cluster-protocol.md §1).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorCode {

@@ -59,7 +59,7 @@ impl From<FieldError> for FrameError {
     }
 }
 
-/// Frames a client sends (SPEC §3.1, §3.2).
+/// Frames a client sends (docs/protocol.md §3, §3.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClientFrame {
     /// `AUTH <cnonce> <cmac>`
@@ -100,7 +100,7 @@ pub enum ClientFrame {
     },
 }
 
-/// Frames a server sends (SPEC §3.1, §3.3).
+/// Frames a server sends (docs/protocol.md §3, §3.3).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServerFrame {
     /// `TICKETING 1 <snonce>`
