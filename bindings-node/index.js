@@ -60,8 +60,6 @@ const byCode = {
   AUTH_FAILED: AuthFailedError,
 }
 
-const ABORTED = Symbol('aborted')
-
 // The native module reports `[CODE] message` (src/error.rs); this turns it
 // into the typed error. The native error is kept as `cause`.
 function typed(err) {
@@ -69,7 +67,7 @@ function typed(err) {
   if (!m) return err
   const [, code, message] = m
   if (code === 'INVALID_ARGUMENT') return new RangeError(message)
-  if (code === 'ABORTED') return ABORTED
+  if (code === 'ABORTED') return new Error('the operation was aborted', { cause: err })
   const Cls = byCode[code] || TicketingError
   return new Cls(message, { cause: err })
 }
@@ -268,9 +266,11 @@ class TicketBroker {
     try {
       got = await this.#native.acquire(key, wait, lease, budget, canceller)
     } catch (err) {
-      const e = typed(err)
-      if (e === ABORTED) throw signal.reason
-      throw e
+      // Aborted before the acquire settled: whatever the client reports
+      // (the cancel itself, or INDETERMINATE/CLOSED from the connection
+      // the cancel closed), the caller sees the abort.
+      if (signal?.aborted) throw signal.reason
+      throw typed(err)
     } finally {
       signal?.removeEventListener('abort', onAbort)
     }
