@@ -123,6 +123,13 @@ impl NativeBroker {
     #[napi(ts_return_type = "Promise<void>")]
     pub fn close<'e>(&self, env: &'e Env) -> napi::Result<Object<'e>> {
         let inner = self.inner.clone();
-        bridge::promise(env, async move { Ok(inner.close().await) }, |()| ())
+        bridge::promise(
+            env,
+            async move {
+                inner.close().await;
+                Ok(())
+            },
+            |()| (),
+        )
     }
 }
