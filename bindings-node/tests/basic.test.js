@@ -5,7 +5,8 @@ const test = require('node:test')
 const assert = require('node:assert/strict')
 const ticketing = require('ticketing')
 const { TicketBroker, Ticket, TicketingError, BusyError, ClosedError, LockTimeoutError } = ticketing
-const { Server, key } = require('./helpers.js')
+const { InsufficientTimeError, UnavailableError, AuthFailedError } = ticketing
+const { Server, key, deadAddr } = require('./helpers.js')
 
 let srv
 let broker
@@ -167,4 +168,40 @@ test('the constructor form with options connects in the background', async () =>
 
 test('Ticket cannot be constructed by hand', () => {
   assert.throws(() => new Ticket({}), TypeError)
+})
+
+test('INSUFFICIENT_TIME when the grant leaves less than the budget; the client hands the grant back', async () => {
+  const k = key()
+  // lease 1 s: the conservative deadline is under 0.999 s away, below a 1 s budget.
+  await assert.rejects(broker.acquire(k, 0, 1, 1), (e) => e instanceof InsufficientTimeError && e.code === 'INSUFFICIENT_TIME')
+  const t = await broker.acquire(k, 5, 30)
+  assert.ok(t, 'the handed-back grant was released')
+  assert.equal(await t.release(), true)
+})
+
+test('UNAVAILABLE when no connection is ready within wait (nothing listens)', async () => {
+  const b = new TicketBroker([await deadAddr()])
+  try {
+    await assert.rejects(b.acquire(key(), 1, 5), (e) => e instanceof UnavailableError && e.code === 'UNAVAILABLE')
+    assert.equal(await b.waitReady(0.2), false)
+  } finally {
+    await b.close()
+  }
+})
+
+test('AUTH_FAILED with a wrong token; the right token works', async () => {
+  const secured = await Server.start([], { TICKETING_CLIENT_TOKENS: 'node-secret,rotated-secret' })
+  const good = new TicketBroker([secured.addr], { token: 'rotated-secret' })
+  const bad = new TicketBroker([secured.addr], { token: 'wrong' })
+  try {
+    assert.equal(await good.waitReady(10), true)
+    const t = await good.acquire(key(), 0, 5)
+    assert.ok(t)
+    assert.equal(await t.release(), true)
+    await assert.rejects(bad.acquire(key(), 2, 5), (e) => e instanceof AuthFailedError && e.code === 'AUTH_FAILED')
+  } finally {
+    await good.close()
+    await bad.close()
+    await secured.stop()
+  }
 })

@@ -88,10 +88,10 @@ function splitAddr(addr) {
 
 /** A standalone server: `addr` (client port) and `admin` (admin HTTP port). */
 class Server {
-  static async start(args = []) {
+  static async start(args = [], env = {}) {
     const admin = `127.0.0.1:${await freePort()}`
     const proc = spawn(serverBin(), ['--listen', '127.0.0.1:0', '--admin-listen', admin, ...args], {
-      env: serverEnv(),
+      env: serverEnv(env),
       stdio: ['ignore', 'pipe', 'pipe'],
     })
     const srv = new Server(proc, admin)
