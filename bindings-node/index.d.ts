@@ -83,6 +83,8 @@ export declare class TicketBroker implements AsyncDisposable {
    * is sent); with `signal.reason` when aborted.
    */
   acquire(key: string, wait: Seconds, lease: Seconds, budget?: Seconds, options?: AcquireOptions): Promise<Ticket | null>
+  /** `acquire(key, wait, lease, { signal })`: the budget left out (0). */
+  acquire(key: string, wait: Seconds, lease: Seconds, options: AcquireOptions): Promise<Ticket | null>
 
   /**
    * Runs `fn(ticket)` while holding the lock and releases it afterwards,

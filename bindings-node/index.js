@@ -250,9 +250,15 @@ class TicketBroker {
 
   /**
    * Acquires `key`: a Ticket, or null when not granted within `wait`
-   * seconds. `options.signal` (an AbortSignal) cancels the acquire.
+   * seconds. `options.signal` (an AbortSignal) cancels the acquire. The
+   * options may also come fourth, with the budget left out (0).
    */
   async acquire(key, wait, lease, budget = 0, options) {
+    if (budget !== null && typeof budget === 'object' && options === undefined) {
+      // acquire(key, wait, lease, { signal }): the budget left out.
+      options = budget
+      budget = 0
+    }
     checkKey(key)
     checkSeconds('wait', wait)
     checkSeconds('lease', lease)

@@ -17,6 +17,10 @@ export async function main(addr: string): Promise<bigint> {
     return left > 0 ? ticket.token : 0n
   })
 
+  // The budget may be left out (0), also before the options.
+  const quick: Ticket | null = await broker.acquire('seat:44', 0, 5, { signal: AbortSignal.timeout(5000) })
+  await quick?.release()
+
   // Plain acquire with a cancel: a Ticket, or null when not granted in time.
   const controller = new AbortController()
   const timer = setTimeout(() => controller.abort(), 10_000)

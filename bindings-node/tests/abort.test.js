@@ -84,7 +84,7 @@ test('abort without a reason rejects with an AbortError; a signal aborted after 
   assert.equal(await holder.release(), true)
 
   const late = new AbortController()
-  const t = await broker.acquire(k, 5, 30, 0, { signal: late.signal })
+  const t = await broker.acquire(k, 5, 30, { signal: late.signal }) // the budget may be left out
   late.abort()
   assert.equal((await srv.lock(k)).holder.token, Number(t.token), 'still held after a late abort')
   assert.equal(await t.release(), true)
