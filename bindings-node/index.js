@@ -40,7 +40,8 @@ function defineError(name, code) {
 
 Object.defineProperty(TicketingError, 'code', { value: 'TICKETING' })
 
-// Each code once: `code` on the prototype, and a subclass for instanceof.
+// Each code once: a subclass for instanceof, its `code` a static that every
+// instance copies into an own property.
 const BusyError = defineError('BusyError', 'BUSY')
 const IndeterminateError = defineError('IndeterminateError', 'INDETERMINATE')
 const InsufficientTimeError = defineError('InsufficientTimeError', 'INSUFFICIENT_TIME')
