@@ -9,6 +9,8 @@
 #    so compiled dependencies are reused between runs);
 # 4. `rbs validate` of sig/ticketing.rbs, then the minitest suite, run from a
 #    directory outside the source tree with only the installed gem loadable.
+# `run-tests.sh --install-prereqs` does step 1 only (scripts/test calls it
+# before clippy, which compiles the extension crate against Ruby's headers).
 # The tests spawn $TICKETING_SERVER_BIN (default <repo>/target/debug/ticketing-server,
 # built here with cargo if missing). The last line is minitest's summary
 # ("N runs, M assertions, F failures, E errors, S skips"); exits non-zero on
@@ -33,6 +35,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+[ "${1:-}" = "--install-prereqs" ] && exit 0
 command -v cargo >/dev/null || { echo "run-tests.sh: cargo not found (a Rust toolchain builds the extension)"; exit 1; }
 
 if [ -z "${TICKETING_SERVER_BIN:-}" ]; then
@@ -68,4 +71,6 @@ fi
 abs=()
 for f in "${files[@]}"; do abs+=("$(cd "$(dirname "$f")" && pwd)/$(basename "$f")"); done
 cd "$WORK"
-exec ruby -e 'ARGV.each { |f| require f }; ARGV.clear' "${abs[@]}"
+rc=0
+ruby -e 'ARGV.each { |f| require f }; ARGV.clear' "${abs[@]}" || rc=$?
+exit "$rc"
