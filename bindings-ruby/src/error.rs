@@ -84,3 +84,65 @@ pub(crate) fn key(ruby: &Ruby, value: Value) -> Result<String, Error> {
         Error::new(ruby.exception_arg_error(), "key must be 1-250 visible ASCII bytes (0x21-0x7E)".to_owned())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use magnus::error::ErrorType;
+
+    /// The class name and message of an error built in Rust.
+    fn parts(err: &Error) -> (String, String) {
+        match err.error_type() {
+            ErrorType::Error(class, msg) => (class.inspect(), msg.to_string()),
+            other => panic!("not a Rust-built error: {other:?}"),
+        }
+    }
+
+    // One test: the embedded Ruby VM is started once per process and used
+    // from this thread only.
+    #[test]
+    fn errors_and_arguments_in_an_embedded_ruby() {
+        Ruby::init(|ruby| {
+            let lib = concat!(env!("CARGO_MANIFEST_DIR"), "/lib");
+            let _: Value = ruby.eval(&format!("$LOAD_PATH.unshift({lib:?})"))?;
+            ruby.require("ticketing/errors")?;
+
+            let cases = [
+                (ClientError::Busy, "Ticketing::BusyError"),
+                (ClientError::Indeterminate, "Ticketing::IndeterminateError"),
+                (ClientError::InsufficientTime, "Ticketing::InsufficientTimeError"),
+                (ClientError::Unavailable, "Ticketing::UnavailableError"),
+                (ClientError::ReleaseUnconfirmed, "Ticketing::ReleaseUnconfirmedError"),
+                (ClientError::Closed, "Ticketing::ClosedError"),
+                (ClientError::AuthFailed, "Ticketing::AuthFailedError"),
+                (ClientError::InvalidArgument("wait: 256".into()), "ArgumentError"),
+            ];
+            for (err, class) in cases {
+                let msg = err.to_string();
+                let (got_class, got_msg) = parts(&to_rb(ruby, err.clone()));
+                assert_eq!(got_class, class, "{err:?}");
+                if class == "ArgumentError" {
+                    assert_eq!(got_msg, "wait: 256");
+                } else {
+                    assert_eq!(got_msg, msg, "the client's message is kept");
+                }
+            }
+            assert_eq!(parts(&task_lost(ruby)).0, "Ticketing::Error");
+
+            let num = |src: &str| -> Result<Value, Error> { ruby.eval(src) };
+            assert_eq!(secs(ruby, "wait", num("5")?)?, 5.0);
+            assert_eq!(secs(ruby, "wait", num("0.2")?)?, 0.2);
+            assert!((secs(ruby, "wait", num("Rational(1, 3)")?)? - 1.0 / 3.0).abs() < 1e-12);
+            assert!(secs(ruby, "wait", num("Float::NAN")?)?.is_nan());
+            assert_eq!(parts(&secs(ruby, "wait", num("2**80")?).unwrap_err()).0, "ArgumentError");
+            assert_eq!(parts(&secs(ruby, "wait", num("'5'")?).unwrap_err()).0, "TypeError");
+            assert_eq!(parts(&secs(ruby, "wait", num("nil")?).unwrap_err()).0, "TypeError");
+
+            assert_eq!(key(ruby, num("'seat-1'")?)?, "seat-1");
+            assert_eq!(parts(&key(ruby, num(":seat")?).unwrap_err()).0, "TypeError");
+            assert_eq!(parts(&key(ruby, num("\"\\xff\".b")?).unwrap_err()).0, "ArgumentError");
+            Ok(())
+        })
+        .unwrap();
+    }
+}
