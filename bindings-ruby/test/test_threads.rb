@@ -34,7 +34,8 @@ class TestThreads < Minitest::Test
   def test_other_threads_run_while_one_waits
     key = TestHelper.unique_key
     holder = broker.acquire(key, 5, 60, 0)
-    waiter = Thread.new { broker.acquire(key, 5, 10, 0) }
+    waiter = Thread.new { broker.acquire(key, 60, 10, 0) }
+    assert TestHelper.wait_until(20) { server.waiters(key) == 1 }
     ticks = 0
     50.times do
       ticks += 1
@@ -42,8 +43,10 @@ class TestThreads < Minitest::Test
     end
     assert_equal 50, ticks
     assert waiter.alive?, "the waiter should still be waiting in the queue"
-    assert_nil waiter.join(30).value
-    holder.release
+    assert_equal true, holder.release
+    granted = waiter.join(30)&.value
+    refute_nil granted
+    assert_equal true, granted.release
   end
 
   def test_timeout_cancels_a_waiting_acquire
