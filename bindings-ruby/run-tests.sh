@@ -27,6 +27,7 @@ if ! command -v ruby >/dev/null 2>&1 || \
     missing+=(ruby-dev)
 fi
 command -v clang >/dev/null 2>&1 || missing+=(clang)
+command -v make >/dev/null 2>&1 || missing+=(make)
 ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || ls /usr/lib/*/libclang*.so* >/dev/null 2>&1 || missing+=(libclang-dev)
 if [ ${#missing[@]} -gt 0 ]; then
     echo "== installing with apt: ${missing[*]}"
