@@ -12,6 +12,7 @@ class TestProcess < Minitest::Test
     warm = broker.acquire(k1, 5, 10, 0) # the parent's runtime and driver are running
     assert_equal true, warm.release
     held = broker.acquire(k2, 5, 60, 0)
+    preloaded = Ticketing::TicketBroker.new([server.addr]) # built before the fork, first used in the child
     rd, wr = IO.pipe
     pid = fork do
       rd.close
@@ -26,7 +27,9 @@ class TestProcess < Minitest::Test
             rescue Ticketing::ClosedError
               "closed"
             end
-          "#{got} #{parent_ticket}"
+          pt = preloaded.acquire(TestHelper.unique_key, 10, 10, 0)
+          pre = pt ? "preloaded #{pt.release}" : "preloaded nil"
+          "#{got} #{parent_ticket} #{pre}"
         rescue Exception => e # rubocop:disable Lint/RescueException
           "error #{e.class}: #{e.message}"
         end
@@ -39,7 +42,7 @@ class TestProcess < Minitest::Test
     line = rd.read.to_s.strip
     rd.close
     refute_nil status, "the forked child hung"
-    assert_match(/\Aticket \d+ true closed\z/, line)
+    assert_match(/\Aticket \d+ true closed preloaded true\z/, line)
     assert_operator Integer(line.split[1]), :>, warm.token
     # The parent is untouched: it still holds k2 and its broker works.
     refute_nil server.lock_info(k2)["holder"]
@@ -47,6 +50,8 @@ class TestProcess < Minitest::Test
     t = broker.acquire(k1, 5, 10, 0)
     refute_nil t
     t.release
+  ensure
+    preloaded&.close
   end
 
   def acquire_and_forget(key)
