@@ -1,5 +1,5 @@
 //! Wiring: picks the replicator (standalone or cluster), starts the lock
-//! manager and the accept loop, and runs the graceful shutdown of SPEC §9:
+//! manager and the accept loop, and runs the graceful shutdown (docs/deployment.md, "Shutdown"):
 //! stop accepting, let in-flight proposals finish, send `E shutting_down` to
 //! every connection, wait (bounded) for the connections to close.
 
@@ -53,7 +53,8 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future) -
         let c = cluster_replicator(&config, &advertise).await?;
         (c.clone(), Some(c))
     };
-    let manager = manager::spawn(replicator.clone(), config.limits.clone(), Arc::new(Metrics::default()));
+    let metrics = Arc::new(Metrics::new(cluster.is_some()));
+    let manager = manager::spawn(replicator.clone(), config.limits.clone(), metrics, advertise.clone());
     if let Some(addr) = &config.admin_listen {
         let admin = TcpListener::bind(addr).await.with_context(|| format!("cannot bind --admin-listen {addr}"))?;
         let state = crate::admin::AdminState { manager: manager.clone(), replicator: replicator.clone(), cluster };
@@ -99,7 +100,7 @@ pub async fn run_with(
         handshake_timeout: config.handshake_timeout,
     };
     if config.client_tokens.is_empty() && config.client_tokens_file.is_some() {
-        // SPEC §3.1: no tokens = auth off. Say so loudly when a file was given.
+        // No tokens = auth off (docs/protocol.md §3). Say so loudly when a file was given.
         warn!("the client tokens file holds no token: client authentication is OFF");
     }
     info!(

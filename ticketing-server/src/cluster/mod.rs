@@ -223,8 +223,8 @@ impl Replicator for ClusterReplicator {
         })
     }
 
-    fn applied(&self) -> LockState {
-        self.sm.locks()
+    fn with_applied(&self, f: &mut dyn FnMut(&LockState)) {
+        self.sm.with_locks(f)
     }
 
     fn leadership(&self) -> watch::Receiver<Leadership> {

@@ -178,7 +178,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok((inner.last_applied, inner.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<Option<crate::locks::Outcome>>>
+    async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<Option<crate::locks::Applied>>>
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
     {
@@ -238,7 +238,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::locks::{Command, Outcome};
+    use crate::locks::{Applied, Command};
     use openraft::{CommittedLeaderId, EntryPayload};
     use ticketing_proto::{Key, Owner, Token};
 
@@ -253,9 +253,9 @@ mod tests {
             Command::Grant { key: Key::new("k").unwrap(), owner: Owner::new("o").unwrap(), lease_s: 5, micros: 100 };
         let out =
             sm.apply(vec![entry(1, EntryPayload::Blank), entry(2, EntryPayload::Normal(grant.clone()))]).await.unwrap();
-        assert_eq!(out, vec![None, Some(Outcome::Granted(Token::new(100).unwrap()))]);
+        assert_eq!(out, vec![None, Some(Applied::Granted(Token::new(100).unwrap()))]);
         let out = sm.apply(vec![entry(3, EntryPayload::Normal(grant))]).await.unwrap();
-        assert_eq!(out, vec![Some(Outcome::AlreadyHeld)]);
+        assert_eq!(out, vec![Some(Applied::AlreadyHeld)]);
 
         let snap = sm.build_snapshot().await.unwrap();
         let mut other = StateMachine::default();

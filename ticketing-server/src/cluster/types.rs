@@ -1,8 +1,8 @@
 //! The openraft type configuration of the cluster: log entries carry the
-//! lock [`Command`]s of `locks`, responses are their [`Outcome`]s, and every
+//! lock [`Command`]s of `locks`, responses are their [`Applied`]s, and every
 //! member's node data carries both its peer and its client address.
 
-use crate::locks::{Command, Outcome};
+use crate::locks::{Applied, Command};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::io::Cursor;
@@ -29,7 +29,7 @@ openraft::declare_raft_types!(
     /// The Raft types of a Ticketing cluster.
     pub TypeConfig:
         D = Command,
-        R = Option<Outcome>,
+        R = Option<Applied>,
         NodeId = NodeId,
         Node = NodeInfo,
         Entry = openraft::Entry<TypeConfig>,
