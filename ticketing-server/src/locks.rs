@@ -1,4 +1,4 @@
-//! THE lock state machine (SPEC §4–5): the only place where a grant, a
+//! THE lock state machine (docs/protocol.md §6): the only place where a grant, a
 //! release or an expiry takes effect.
 //!
 //! [`LockState::apply`] is pure and deterministic: it reads no clock (the
@@ -24,7 +24,7 @@ pub struct NextHolder {
 }
 
 /// A replicated command. Every variant carries the proposing leader's wall
-/// clock (`micros` since the Unix epoch) for the token rule of SPEC §5.
+/// clock (`micros` since the Unix epoch) for the token rule of docs/protocol.md §6.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     /// Grant a free key.

@@ -3,7 +3,8 @@
 //! stop accepting, let in-flight proposals finish, send `E shutting_down` to
 //! every connection, wait (bounded) for the connections to close.
 
-use crate::config::Config;
+use crate::cluster::{self, ClusterError};
+use crate::config::{Config, ConfigError};
 use crate::conn::ConnContext;
 use crate::listener::Listener;
 use crate::manager::{self, ManagerHandle, Metrics};
@@ -13,7 +14,7 @@ use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::future::Future;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use ticketing_proto::Addr;
 use tokio::net::TcpListener;
@@ -25,6 +26,8 @@ use tracing::{info, warn};
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long shutdown waits for connections to close after `E shutting_down`.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long shutdown waits for Raft to stop.
+const RAFT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The client address announced in `M`/`L`: `--advertise`, else the bound
 /// listen address (so `--listen 127.0.0.1:0` announces the real port).
@@ -38,33 +41,69 @@ pub fn advertise_addr(config: &Config, listener: &TcpListener) -> Result<Addr> {
 
 /// THE ONE SEAM for cluster mode: builds the openraft-backed [`Replicator`]
 /// (peer port, Raft, bootstrap or join) announcing `advertise` to clients.
-pub async fn cluster_replicator(config: &Config, advertise: &Addr) -> Result<Arc<crate::cluster::ClusterReplicator>> {
-    let cfg = crate::cluster::ClusterConfig::from_config(config, advertise.clone())?;
-    Ok(crate::cluster::start(cfg).await?)
+pub async fn cluster_replicator(config: &Config, advertise: &Addr) -> Result<cluster::Started, ClusterError> {
+    cluster::start(cluster::ClusterConfig::from_config(config, advertise.clone())).await
 }
 
 /// Runs the server on `listener` until `shutdown` completes, then shuts
-/// down gracefully. Standalone without `--peers`, cluster mode otherwise.
+/// down gracefully (Raft included). Standalone without `--peers`, cluster
+/// mode otherwise. A refused `--bootstrap` shuts down the same way and is
+/// returned as the error.
 pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future) -> Result<()> {
     let advertise = advertise_addr(&config, &listener)?;
-    let (replicator, cluster): (Arc<dyn Replicator>, _) = if config.is_standalone() {
-        (Arc::new(Standalone::new(advertise.clone())), None)
+    let (replicator, cluster, failed): (Arc<dyn Replicator>, _, _) = if config.is_standalone() {
+        (Arc::new(Standalone::new(advertise.clone())), None, None)
     } else {
-        let c = cluster_replicator(&config, &advertise).await?;
-        (c.clone(), Some(c))
+        let started = cluster_replicator(&config, &advertise).await?;
+        (started.replicator.clone(), Some(started.replicator), Some(started.failed))
+    };
+    let failure: Arc<Mutex<Option<ClusterError>>> = Arc::default();
+    let stop = {
+        let failure = failure.clone();
+        async move {
+            let failed = async {
+                match failed {
+                    Some(rx) => match rx.await {
+                        Ok(e) => e,
+                        // The node can no longer fail this way.
+                        Err(_) => std::future::pending().await,
+                    },
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = shutdown => {}
+                e = failed => *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e),
+            }
+        }
     };
     let metrics = Arc::new(Metrics::new(cluster.is_some()));
     let manager = manager::spawn(replicator.clone(), config.limits.clone(), metrics, advertise.clone());
     if let Some(addr) = &config.admin_listen {
         let admin = TcpListener::bind(addr).await.with_context(|| format!("cannot bind --admin-listen {addr}"))?;
-        let state = crate::admin::AdminState { manager: manager.clone(), replicator: replicator.clone(), cluster };
+        let state = crate::admin::AdminState {
+            manager: manager.clone(),
+            replicator: replicator.clone(),
+            cluster: cluster.clone(),
+        };
         tokio::spawn(async move {
             if let Err(e) = crate::admin::serve(admin, state).await {
                 warn!(error = %e, "admin HTTP stopped");
             }
         });
     }
-    run_with(&config, listener, advertise, replicator, manager, shutdown).await
+    let served = run_with(&config, listener, advertise, replicator, manager, stop).await;
+    if let Some(c) = &cluster {
+        if tokio::time::timeout(RAFT_SHUTDOWN_TIMEOUT, c.shutdown()).await.is_err() {
+            warn!("Raft did not stop in time");
+        }
+    }
+    served?;
+    let failure = failure.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match failure {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
 }
 
 /// Like [`run`], with the replicator and manager built by the caller (cluster
@@ -78,7 +117,10 @@ pub async fn run_with(
     shutdown: impl Future,
 ) -> Result<()> {
     let tls = match (&config.tls_cert, &config.tls_key) {
-        (Some(cert), Some(key)) => Some(tls_acceptor(cert, key)?),
+        (Some(cert), Some(key)) => Some(
+            tls_acceptor(cert, key)
+                .map_err(|e| ConfigError::Invalid { setting: "--tls-cert", problem: format!("{e:#}") })?,
+        ),
         _ => None,
     };
     let ctx = Arc::new(ConnContext {

@@ -1,4 +1,4 @@
-//! The peer transport of SPEC §8.4: the accept loop of the peer port, the
+//! The peer transport (docs/cluster-protocol.md): the accept loop of the peer port, the
 //! pool of outgoing connections (one per peer address, pipelined, every RPC
 //! with a timeout) and the openraft network on top of it.
 
@@ -24,8 +24,8 @@ use tracing::{debug, warn};
 
 /// Time to connect and complete the handshake with a peer.
 const DIAL_TIMEOUT: Duration = Duration::from_millis(1000);
-/// Time an accepted peer has to complete the handshake.
-const ACCEPT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time an accepted peer has to complete the handshake (the client port's default).
+const ACCEPT_HANDSHAKE_TIMEOUT: Duration = ticketing_proto::limits::HANDSHAKE_TIMEOUT;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())

@@ -1,4 +1,5 @@
-//! In-memory Raft storage (SPEC §8.1: state is volatile): the log store and
+//! In-memory Raft storage (state is volatile, docs/deployment.md "Identity
+//! and the rolling restart"): the log store and
 //! the state machine that applies committed [`Command`]s to the one
 //! [`LockState`], plus in-memory snapshots of it.
 
@@ -243,7 +244,7 @@ mod tests {
     use ticketing_proto::{Key, Owner, Token};
 
     fn entry(index: u64, payload: EntryPayload<TypeConfig>) -> Entry<TypeConfig> {
-        Entry { log_id: LogId::new(CommittedLeaderId::new(1, 7), index), payload }
+        Entry { log_id: LogId::new(CommittedLeaderId::new(1, NodeId(7)), index), payload }
     }
 
     #[tokio::test]
