@@ -107,9 +107,12 @@ struct LockBody {
 }
 
 async fn lock(State(s): State<AdminState>, Path(key): Path<String>) -> Response {
-    let Ok(k) = Key::new(key.clone()) else {
-        let body = ErrorBody { error: "key must be 1-250 bytes in 0x21-0x7E".into(), leader: None };
-        return (StatusCode::BAD_REQUEST, Json(body)).into_response();
+    let k = match Key::new(key.clone()) {
+        Ok(k) => k,
+        Err(e) => {
+            let body = ErrorBody { error: e.to_string(), leader: None };
+            return (StatusCode::BAD_REQUEST, Json(body)).into_response();
+        }
     };
     let (serving, leader) = {
         let l = s.replicator.leadership();

@@ -191,6 +191,7 @@ impl LockState {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use ticketing_proto::limits::{MAX_LEASE, MIN_LEASE};
 
     fn k(s: &str) -> Key {
         Key::new(s.to_owned()).unwrap()
@@ -273,14 +274,10 @@ mod tests {
 
     fn step() -> impl Strategy<Value = Step> {
         let micros = prop_oneof![0..2000u64, Just(u64::MAX), any::<u64>()];
-        let next = proptest::option::of((0..3u8, 1..=250u8));
+        let next = proptest::option::of((0..3u8, MIN_LEASE..=MAX_LEASE));
         prop_oneof![
-            (0..4u8, 0..3u8, 1..=250u8, micros.clone()).prop_map(|(key, owner, lease_s, micros)| Step::Grant {
-                key,
-                owner,
-                lease_s,
-                micros
-            }),
+            (0..4u8, 0..3u8, MIN_LEASE..=MAX_LEASE, micros.clone())
+                .prop_map(|(key, owner, lease_s, micros)| Step::Grant { key, owner, lease_s, micros }),
             (0..4u8, any::<u8>(), next.clone(), micros.clone()).prop_map(|(key, pick, next, micros)| Step::Release {
                 key,
                 pick,

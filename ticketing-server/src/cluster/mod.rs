@@ -22,7 +22,7 @@ pub mod wire;
 
 use crate::locks::{Command, LockState};
 use crate::replication::{Leadership, Proposal, ProposeError, Replicator};
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{ClientWriteError, Fatal, RaftError};
 use openraft::ServerState;
 use std::fmt;
 use std::io;
@@ -237,9 +237,11 @@ fn map_write_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>) -> 
         RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
             ProposeError::NotLeader(f.leader_node.and_then(|n| Addr::new(n.client).ok()))
         }
+        // Not raised for a lock command; if it were, nothing is known about it.
         RaftError::APIError(ClientWriteError::ChangeMembershipError(_)) => ProposeError::Unknown,
-        RaftError::Fatal(openraft::error::Fatal::Stopped) => ProposeError::Shutdown,
-        RaftError::Fatal(_) => ProposeError::Unknown,
+        RaftError::Fatal(Fatal::Stopped) => ProposeError::Shutdown,
+        // Raft died under the proposal: whether it committed is unknown.
+        RaftError::Fatal(Fatal::Panicked | Fatal::StorageError(_)) => ProposeError::Unknown,
     }
 }
 

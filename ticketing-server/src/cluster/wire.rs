@@ -160,7 +160,7 @@ pub enum WireError {
     /// I/O error.
     Io(std::io::ErrorKind),
     /// The connection closed in the middle of the handshake.
-    Closed,
+    Disconnected,
     /// The peer broke the protocol.
     Protocol(String),
     /// The handshake was refused (`E <code>`).
@@ -173,7 +173,7 @@ impl fmt::Display for WireError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             WireError::Io(kind) => write!(f, "peer i/o: {kind}"),
-            WireError::Closed => f.write_str("connection closed during the handshake"),
+            WireError::Disconnected => f.write_str("connection closed during the handshake"),
             WireError::Protocol(e) => write!(f, "peer protocol violation: {e}"),
             WireError::Refused(e) => write!(f, "peer refused the handshake: E {e}"),
             WireError::Timeout => f.write_str("peer timed out"),
@@ -232,7 +232,7 @@ async fn read_raw_line<R: AsyncBufRead + Unpin>(r: &mut R) -> Result<Vec<u8>, Wi
         return Err(if line.len() >= MAX_FRAME {
             WireError::Protocol("handshake line too long".into())
         } else {
-            WireError::Closed
+            WireError::Disconnected
         });
     }
     Ok(line)
