@@ -2,10 +2,12 @@
 //! flag, its `TICKETING_<FLAG>` environment variable and its key in the
 //! `--config` TOML file.
 //!
-//! Precedence: flag > environment > config file > default. Clap resolves
-//! flag and environment (every field is an `Option` without a clap
-//! default); [`Config::resolve`] then fills what is still missing from the
-//! TOML file and finally from the defaults. Tokens never go on the command
+//! Precedence: flag > environment > config file > default. Each setting is
+//! defined once, as a field of [`Cli`]: its flag, its variable and its file
+//! key (clap reads flag and environment; serde reads the same struct from the
+//! TOML file, and [`Cli::with_file`] lays the given flags over it).
+//! [`Config::resolve`] then fills what is still missing from the defaults and
+//! validates. Tokens never go on the command
 //! line: client tokens come from `--client-tokens-file` and/or
 //! `TICKETING_CLIENT_TOKENS`, the peer token from `--peer-token-file` or
 //! `TICKETING_PEER_TOKEN`. The defaults are defined once, in
@@ -13,7 +15,7 @@
 //! `ticketing_proto::limits`); the help texts show them from there.
 
 use clap::{ArgAction, CommandFactory, FromArgMatches, Parser};
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer, Serialize};
 use std::fmt;
 use std::io;
 use std::net::ToSocketAddrs;
@@ -77,12 +79,16 @@ fn read(what: &'static str, path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|e| ConfigError::Read { what, path: path.to_owned(), kind: e.kind() })
 }
 
-/// Command line of `ticketing-server`. Every flag also reads `TICKETING_<FLAG>`.
-#[derive(Debug, Default, Parser)]
+/// Every setting of `ticketing-server`, defined once: a flag, the variable
+/// `TICKETING_<FLAG>` and a key of the `--config` file (the flag's name, `_`
+/// or `-`). `None` = not given.
+#[derive(Debug, Default, Parser, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 #[command(name = "ticketing-server", version, about = "Ticketing: a distributed FIFO lock service with fencing tokens")]
 pub struct Cli {
     /// TOML file with any of the settings below (keys = flag names, `_` or `-`).
     #[arg(long, env = "TICKETING_CONFIG", value_name = "FILE")]
+    #[serde(skip)]
     pub config: Option<PathBuf>,
     /// Client address to listen on.
     #[arg(long, env = "TICKETING_LISTEN", value_name = "ADDR")]
@@ -95,9 +101,11 @@ pub struct Cli {
     pub peer_listen: Option<String>,
     /// Peer addresses of ALL members, self included: 3 or 5, comma separated.
     #[arg(long, env = "TICKETING_PEERS", value_name = "A,B,C", value_delimiter = ',')]
+    #[serde(deserialize_with = "peer_list")]
     pub peers: Option<Vec<String>>,
     /// Create a new fencing domain (first start of a new cluster only).
     #[arg(long, env = "TICKETING_BOOTSTRAP", action = ArgAction::SetTrue)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub bootstrap: bool,
     /// File with the accepted client tokens, one per line (also env TICKETING_CLIENT_TOKENS, comma separated).
     #[arg(long, env = "TICKETING_CLIENT_TOKENS_FILE", value_name = "FILE")]
@@ -147,52 +155,45 @@ pub struct Cli {
 }
 
 /// `peers` in the TOML file: a list or one comma-separated string.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-enum PeerList {
-    List(Vec<String>),
-    Text(String),
+fn peer_list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum PeerList {
+        List(Vec<String>),
+        Text(String),
+    }
+    Ok(Option::<PeerList>::deserialize(d)?.map(|p| match p {
+        PeerList::List(list) => list,
+        PeerList::Text(text) => text.split(',').map(str::to_owned).collect(),
+    }))
 }
 
-/// The TOML file: the same keys as the flags (normalized to `_`).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    listen: Option<String>,
-    advertise: Option<String>,
-    peer_listen: Option<String>,
-    peers: Option<PeerList>,
-    bootstrap: Option<bool>,
-    client_tokens_file: Option<PathBuf>,
-    peer_token_file: Option<PathBuf>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
-    peer_tls_ca: Option<PathBuf>,
-    admin_listen: Option<String>,
-    max_waiters_per_key: Option<usize>,
-    max_waiters: Option<usize>,
-    max_held_keys: Option<usize>,
-    max_pending_per_conn: Option<usize>,
-    max_connections: Option<usize>,
-    handshake_timeout: Option<f64>,
-    heartbeat_ms: Option<u64>,
-    election_timeout_min_ms: Option<u64>,
-    election_timeout_max_ms: Option<u64>,
-}
-
-impl FileConfig {
-    fn load(path: &Path) -> Result<FileConfig, ConfigError> {
-        let text = read("config file", path)?;
-        let file_error = |problem: String| ConfigError::File { path: path.to_owned(), problem };
+impl Cli {
+    /// The settings of the `--config` file with the given flags and
+    /// variables laid over them (a flag or variable beats the file).
+    pub fn with_file(self) -> Result<Cli, ConfigError> {
+        let Some(path) = self.config.clone() else { return Ok(self) };
+        let text = read("config file", &path)?;
+        let file_error = |problem: String| ConfigError::File { path: path.clone(), problem };
         let table: toml::Table = text.parse().map_err(|e| file_error(format!("not valid TOML: {e}")))?;
-        let mut normalized = toml::Table::new();
+        let mut merged = toml::Table::new();
         for (k, v) in table {
             let key = k.replace('-', "_");
-            if normalized.insert(key.clone(), v).is_some() {
+            if merged.insert(key.clone(), v).is_some() {
                 return Err(file_error(format!("key {key:?} given twice")));
             }
         }
-        toml::Value::Table(normalized).try_into().map_err(|e: toml::de::Error| file_error(e.to_string()))
+        // Type-check the file alone first, so its errors name the file.
+        let _: Cli =
+            toml::Value::Table(merged.clone()).try_into().map_err(|e: toml::de::Error| file_error(e.to_string()))?;
+        // Settings not given serialize to nothing and leave the file's value.
+        let given = toml::Table::try_from(&self)
+            .map_err(|e| invalid("command line", format!("a value does not fit a setting: {e}")))?;
+        merged.extend(given);
+        let mut cli: Cli =
+            toml::Value::Table(merged).try_into().map_err(|e: toml::de::Error| file_error(e.to_string()))?;
+        cli.config = Some(path);
+        Ok(cli)
     }
 }
 
@@ -348,28 +349,18 @@ impl Config {
     /// Completes `cli` (flags and environment) with the config file and
     /// defaults, reads the token files and validates everything.
     pub fn resolve(cli: Cli) -> Result<Config, ConfigError> {
-        let file = match &cli.config {
-            Some(path) => FileConfig::load(path)?,
-            None => FileConfig::default(),
-        };
+        let cli = cli.with_file()?;
         let d = Config::default();
         let dl = Limits::default();
 
-        let listen = cli.listen.or(file.listen).unwrap_or(d.listen);
-        let advertise = match cli.advertise.or(file.advertise) {
+        let listen = cli.listen.unwrap_or(d.listen);
+        let advertise = match cli.advertise {
             Some(a) => Some(Addr::new(a.clone()).map_err(|_| {
                 invalid("--advertise", format!("{a:?} must be host:port, 1-255 visible ASCII bytes without spaces"))
             })?),
             None => None,
         };
-        let peers: Vec<String> = match cli.peers {
-            Some(list) => list,
-            None => match file.peers {
-                Some(PeerList::List(list)) => list,
-                Some(PeerList::Text(text)) => text.split(',').map(str::to_owned).collect(),
-                None => Vec::new(),
-            },
-        };
+        let peers: Vec<String> = cli.peers.unwrap_or_default();
         let peers: Vec<String> = peers.iter().map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect();
         if !peers.is_empty() && !crate::cluster::peer_count_ok(peers.len()) {
             return Err(invalid(
@@ -387,13 +378,13 @@ impl Config {
                 return Err(invalid("--peers", format!("lists {p:?} twice")));
             }
         }
-        let bootstrap = cli.bootstrap || file.bootstrap.unwrap_or(false);
+        let bootstrap = cli.bootstrap;
         if bootstrap && peers.is_empty() {
             return Err(invalid("--bootstrap", "needs --peers (cluster mode)"));
         }
 
         let mut client_tokens = Vec::new();
-        let client_tokens_file = cli.client_tokens_file.or(file.client_tokens_file);
+        let client_tokens_file = cli.client_tokens_file;
         if let Some(path) = &client_tokens_file {
             client_tokens.extend(read_token_lines(path)?);
         }
@@ -404,7 +395,7 @@ impl Config {
         let mut unique = std::collections::HashSet::new();
         client_tokens.retain(|t| unique.insert(t.clone()));
 
-        let peer_token = match cli.peer_token_file.or(file.peer_token_file) {
+        let peer_token = match cli.peer_token_file {
             Some(path) => {
                 let lines = read_token_lines(&path)?;
                 match lines.as_slice() {
@@ -420,21 +411,18 @@ impl Config {
             None => env_var("TICKETING_PEER_TOKEN")?.map(|t| t.trim().as_bytes().to_vec()).filter(|t| !t.is_empty()),
         };
 
-        let tls_cert = cli.tls_cert.or(file.tls_cert);
-        let tls_key = cli.tls_key.or(file.tls_key);
+        let tls_cert = cli.tls_cert;
+        let tls_key = cli.tls_key;
         if tls_cert.is_some() != tls_key.is_some() {
             return Err(invalid("--tls-cert", "--tls-cert and --tls-key must be given together"));
         }
 
         let limits = Limits {
-            max_waiters_per_key: cli.max_waiters_per_key.or(file.max_waiters_per_key).unwrap_or(dl.max_waiters_per_key),
-            max_waiters: cli.max_waiters.or(file.max_waiters).unwrap_or(dl.max_waiters),
-            max_held_keys: cli.max_held_keys.or(file.max_held_keys).unwrap_or(dl.max_held_keys),
-            max_pending_per_conn: cli
-                .max_pending_per_conn
-                .or(file.max_pending_per_conn)
-                .unwrap_or(dl.max_pending_per_conn),
-            max_connections: cli.max_connections.or(file.max_connections).unwrap_or(dl.max_connections),
+            max_waiters_per_key: cli.max_waiters_per_key.unwrap_or(dl.max_waiters_per_key),
+            max_waiters: cli.max_waiters.unwrap_or(dl.max_waiters),
+            max_held_keys: cli.max_held_keys.unwrap_or(dl.max_held_keys),
+            max_pending_per_conn: cli.max_pending_per_conn.unwrap_or(dl.max_pending_per_conn),
+            max_connections: cli.max_connections.unwrap_or(dl.max_connections),
         };
 
         const MAX_LIMIT: usize = 1 << 30;
@@ -450,7 +438,7 @@ impl Config {
             }
         }
 
-        let handshake_timeout = match cli.handshake_timeout.or(file.handshake_timeout) {
+        let handshake_timeout = match cli.handshake_timeout {
             None => d.handshake_timeout,
             Some(hs) if hs.is_finite() && hs > 0.0 && hs <= 3600.0 => Duration::from_secs_f64(hs),
             Some(hs) => {
@@ -461,11 +449,9 @@ impl Config {
             }
         };
 
-        let heartbeat_ms = cli.heartbeat_ms.or(file.heartbeat_ms).unwrap_or(d.heartbeat_ms);
-        let election_timeout_min_ms =
-            cli.election_timeout_min_ms.or(file.election_timeout_min_ms).unwrap_or(d.election_timeout_min_ms);
-        let election_timeout_max_ms =
-            cli.election_timeout_max_ms.or(file.election_timeout_max_ms).unwrap_or(d.election_timeout_max_ms);
+        let heartbeat_ms = cli.heartbeat_ms.unwrap_or(d.heartbeat_ms);
+        let election_timeout_min_ms = cli.election_timeout_min_ms.unwrap_or(d.election_timeout_min_ms);
+        let election_timeout_max_ms = cli.election_timeout_max_ms.unwrap_or(d.election_timeout_max_ms);
         if heartbeat_ms == 0 {
             return Err(invalid("--heartbeat-ms", "must be at least 1"));
         }
@@ -479,15 +465,15 @@ impl Config {
             ));
         }
 
-        let peer_listen = cli.peer_listen.or(file.peer_listen);
-        let peer_tls_ca = cli.peer_tls_ca.or(file.peer_tls_ca);
+        let peer_listen = cli.peer_listen;
+        let peer_tls_ca = cli.peer_tls_ca;
         if !peers.is_empty() && peer_listen.is_none() {
             return Err(invalid("--peer-listen", "cluster mode (--peers) needs --peer-listen"));
         }
         if peer_tls_ca.is_some() {
             return Err(invalid("--peer-tls-ca", "TLS between peers is not supported by this build"));
         }
-        let admin_listen = cli.admin_listen.or(file.admin_listen);
+        let admin_listen = cli.admin_listen;
         check_address("--listen", &listen)?;
         for (setting, addr) in [("--peer-listen", &peer_listen), ("--admin-listen", &admin_listen)] {
             if let Some(addr) = addr {
@@ -578,6 +564,24 @@ mod tests {
         let bad = tmp("bad.toml", "no_such_key = 1\n");
         let e = Config::resolve(cli(&["--config", bad.to_str().unwrap()])).unwrap_err();
         assert!(matches!(&e, ConfigError::File { problem, .. } if problem.contains("no_such_key")), "{e}");
+    }
+
+    #[test]
+    fn file_lists_bootstrap_and_types() {
+        let p =
+            tmp("list.toml", "peers = [\"a:1\", \"b:1\", \"c:1\"]\nbootstrap = true\npeer_listen = \"127.0.0.1:7\"\n");
+        let c = Config::resolve(cli(&["--config", p.to_str().unwrap()])).unwrap();
+        assert_eq!(c.peers, ["a:1", "b:1", "c:1"]);
+        assert!(c.bootstrap, "bootstrap from the file");
+        let c = Config::resolve(cli(&["--config", p.to_str().unwrap(), "--peers", "x:1,y:1,z:1,v:1,w:1"])).unwrap();
+        assert_eq!(c.peers.len(), 5, "the flag beats the file");
+        let bad = tmp("type.toml", "max_waiters = \"many\"\n");
+        let e = Config::resolve(cli(&["--config", bad.to_str().unwrap()])).unwrap_err();
+        assert!(matches!(&e, ConfigError::File { problem, .. } if problem.contains("max_waiters")), "{e}");
+        let twice = tmp("twice.toml", "max-waiters = 1\nmax_waiters = 2\n");
+        assert!(matches!(Config::resolve(cli(&["--config", twice.to_str().unwrap()])), Err(ConfigError::File { .. })));
+        let huge = ["--config", p.to_str().unwrap(), "--max-connections", "18446744073709551615"];
+        assert!(Config::resolve(cli(&huge)).is_err());
     }
 
     #[test]
