@@ -38,7 +38,7 @@ impl Listener {
     /// Accepts connections until the task is dropped. Accept errors (for
     /// example running out of file descriptors) are logged and retried after
     /// a short pause; they never stop the server.
-    pub async fn run(&self) {
+    pub async fn run(&self) -> std::convert::Infallible {
         let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
         let mut next_id: u64 = 0;
         loop {

@@ -14,7 +14,7 @@ use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::future::Future;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use ticketing_proto::Addr;
 use tokio::net::TcpListener;
@@ -57,24 +57,21 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future) -
         let started = cluster_replicator(&config, &advertise).await?;
         (started.replicator.clone(), Some(started.replicator), Some(started.failed))
     };
-    let failure: Arc<Mutex<Option<ClusterError>>> = Arc::default();
-    let stop = {
-        let failure = failure.clone();
-        async move {
-            let failed = async {
-                match failed {
-                    Some(rx) => match rx.await {
-                        Ok(e) => e,
-                        // The node can no longer fail this way.
-                        Err(_) => std::future::pending().await,
-                    },
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = shutdown => {}
-                e = failed => *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e),
+    // Stops on the signal, or with the error of a refused bootstrap.
+    let stop = async move {
+        let failed = async {
+            match failed {
+                Some(rx) => match rx.await {
+                    Ok(e) => e,
+                    // The node can no longer fail this way.
+                    Err(_) => std::future::pending().await,
+                },
+                None => std::future::pending().await,
             }
+        };
+        tokio::select! {
+            _ = shutdown => None,
+            e = failed => Some(e),
         }
     };
     let metrics = Arc::new(Metrics::new(cluster.is_some()));
@@ -98,24 +95,23 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future) -
             warn!("Raft did not stop in time");
         }
     }
-    served?;
-    let failure = failure.lock().unwrap_or_else(|p| p.into_inner()).take();
-    match failure {
-        Some(e) => Err(e.into()),
+    match served? {
+        Some(failure) => Err(failure.into()),
         None => Ok(()),
     }
 }
 
 /// Like [`run`], with the replicator and manager built by the caller (cluster
-/// mode, tests, the admin server sharing the manager handle).
-pub async fn run_with(
+/// mode, tests, the admin server sharing the manager handle). Returns what
+/// `shutdown` completed with.
+pub async fn run_with<F: Future>(
     config: &Config,
     listener: TcpListener,
     advertise: Addr,
     replicator: Arc<dyn Replicator>,
     manager: ManagerHandle,
-    shutdown: impl Future,
-) -> Result<()> {
+    shutdown: F,
+) -> Result<F::Output> {
     let tls = match (&config.tls_cert, &config.tls_key) {
         (Some(cert), Some(key)) => Some(
             tls_acceptor(cert, key)
@@ -153,10 +149,11 @@ pub async fn run_with(
         "serving clients"
     );
 
-    tokio::select! {
-        _ = listener.run() => {}
-        _ = shutdown => info!("shutdown requested"),
-    }
+    let stopped = tokio::select! {
+        never = listener.run() => match never {},
+        out = shutdown => out,
+    };
+    info!("shutting down");
 
     // 1. Stop accepting.
     let Listener { listener: socket, notify_shutdown, shutdown_complete, .. } = listener;
@@ -173,7 +170,7 @@ pub async fn run_with(
         warn!("some connections did not close in time");
     }
     info!("stopped");
-    Ok(())
+    Ok(stopped)
 }
 
 /// TLS for the client port from PEM files (rustls 0.23 with the ring provider).
