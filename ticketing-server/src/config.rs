@@ -1,19 +1,27 @@
-//! Configuration (SPEC §9, §10): every flag, its `TICKETING_<FLAG>`
-//! environment variable and its key in the `--config` TOML file.
+//! Configuration (docs/deployment.md, "Configuration" and "Limits"): every
+//! flag, its `TICKETING_<FLAG>` environment variable and its key in the
+//! `--config` TOML file.
 //!
-//! Precedence: flag > environment > config file > default. Clap resolves
-//! flag and environment (every field is an `Option` without a clap
-//! default); [`Config::resolve`] then fills what is still missing from the
-//! TOML file and finally from the defaults. Tokens never go on the command
+//! Precedence: flag > environment > config file > default. Each setting is
+//! defined once, as a field of [`Cli`]: its flag, its variable and its file
+//! key (clap reads flag and environment; serde reads the same struct from the
+//! TOML file, and [`Cli::with_file`] lays the given flags over it).
+//! [`Config::resolve`] then fills what is still missing from the defaults and
+//! validates. Tokens never go on the command
 //! line: client tokens come from `--client-tokens-file` and/or
 //! `TICKETING_CLIENT_TOKENS`, the peer token from `--peer-token-file` or
-//! `TICKETING_PEER_TOKEN`.
+//! `TICKETING_PEER_TOKEN`. The defaults are defined once, in
+//! [`Config::default`] (the protocol's shared numbers come from
+//! `ticketing_proto::limits`); the help texts show them from there.
 
-use clap::{ArgAction, Parser};
-use serde::Deserialize;
+use clap::{ArgAction, CommandFactory, FromArgMatches, Parser};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::fmt;
+use std::io;
+use std::net::ToSocketAddrs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use ticketing_proto::limits::{HANDSHAKE_TIMEOUT, MAX_PENDING_PER_CONN};
 use ticketing_proto::Addr;
 
 /// Default client address.
@@ -21,28 +29,68 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:5225";
 
 /// A configuration error. The binary prints it and exits with code 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError(pub String);
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A file named by a setting cannot be read.
+    Read {
+        /// What the file is (`config file`, `token file`, …).
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// Why.
+        kind: io::ErrorKind,
+    },
+    /// The config file is not valid TOML, or has an unknown key or a value of the wrong type.
+    File {
+        /// Its path.
+        path: PathBuf,
+        /// What is wrong, as the TOML parser says it.
+        problem: String,
+    },
+    /// An environment variable is not valid UTF-8.
+    NotUnicode(&'static str),
+    /// A setting's value breaks its rule.
+    Invalid {
+        /// The flag (`--peers`, …).
+        setting: &'static str,
+        /// The rule and the value given.
+        problem: String,
+    },
+}
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            ConfigError::Read { what, path, kind } => write!(f, "cannot read {what} {}: {kind}", path.display()),
+            ConfigError::File { path, problem } => write!(f, "config file {}: {problem}", path.display()),
+            ConfigError::NotUnicode(var) => write!(f, "{var} is not valid UTF-8"),
+            ConfigError::Invalid { setting, problem } => write!(f, "{setting}: {problem}"),
+        }
     }
 }
 
 impl std::error::Error for ConfigError {}
 
-fn err(msg: impl Into<String>) -> ConfigError {
-    ConfigError(msg.into())
+fn invalid(setting: &'static str, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { setting, problem: problem.into() }
 }
 
-/// Command line of `ticketing-server`. Every flag also reads `TICKETING_<FLAG>`.
-#[derive(Debug, Default, Parser)]
+fn read(what: &'static str, path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError::Read { what, path: path.to_owned(), kind: e.kind() })
+}
+
+/// Every setting of `ticketing-server`, defined once: a flag, the variable
+/// `TICKETING_<FLAG>` and a key of the `--config` file (the flag's name, `_`
+/// or `-`). `None` = not given.
+#[derive(Debug, Default, Parser, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 #[command(name = "ticketing-server", version, about = "Ticketing: a distributed FIFO lock service with fencing tokens")]
 pub struct Cli {
     /// TOML file with any of the settings below (keys = flag names, `_` or `-`).
     #[arg(long, env = "TICKETING_CONFIG", value_name = "FILE")]
+    #[serde(skip)]
     pub config: Option<PathBuf>,
-    /// Client address to listen on [default: 127.0.0.1:5225].
+    /// Client address to listen on.
     #[arg(long, env = "TICKETING_LISTEN", value_name = "ADDR")]
     pub listen: Option<String>,
     /// Client address announced in `M` and `L` [default: the bound listen address].
@@ -53,9 +101,11 @@ pub struct Cli {
     pub peer_listen: Option<String>,
     /// Peer addresses of ALL members, self included: 3 or 5, comma separated.
     #[arg(long, env = "TICKETING_PEERS", value_name = "A,B,C", value_delimiter = ',')]
+    #[serde(deserialize_with = "peer_list")]
     pub peers: Option<Vec<String>>,
     /// Create a new fencing domain (first start of a new cluster only).
     #[arg(long, env = "TICKETING_BOOTSTRAP", action = ArgAction::SetTrue)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub bootstrap: bool,
     /// File with the accepted client tokens, one per line (also env TICKETING_CLIENT_TOKENS, comma separated).
     #[arg(long, env = "TICKETING_CLIENT_TOKENS_FILE", value_name = "FILE")]
@@ -75,87 +125,79 @@ pub struct Cli {
     /// Admin HTTP address (/metrics, /healthz, /status, /locks/<key>).
     #[arg(long, env = "TICKETING_ADMIN_LISTEN", value_name = "ADDR")]
     pub admin_listen: Option<String>,
-    /// Waiters per key [default: 1024]; over it → `B`.
+    /// Waiters per key; over it → `B`.
     #[arg(long, env = "TICKETING_MAX_WAITERS_PER_KEY", value_name = "N")]
     pub max_waiters_per_key: Option<usize>,
-    /// Waiters per server [default: 100000]; over it → `B`.
+    /// Waiters per server; over it → `B`.
     #[arg(long, env = "TICKETING_MAX_WAITERS", value_name = "N")]
     pub max_waiters: Option<usize>,
-    /// Held keys per server [default: 1000000]; over it → `B`.
+    /// Held keys per server; over it → `B`.
     #[arg(long, env = "TICKETING_MAX_HELD_KEYS", value_name = "N")]
     pub max_held_keys: Option<usize>,
-    /// In-flight requests per connection [default: 1024]; over it → `E too_many_pending`.
+    /// In-flight requests per connection; over it → `E too_many_pending`.
     #[arg(long, env = "TICKETING_MAX_PENDING_PER_CONN", value_name = "N")]
     pub max_pending_per_conn: Option<usize>,
-    /// Client connections [default: 10000]; over it → `E overloaded`.
+    /// Client connections; over it → `E overloaded`.
     #[arg(long, env = "TICKETING_MAX_CONNECTIONS", value_name = "N")]
     pub max_connections: Option<usize>,
-    /// Seconds (fractions allowed) to complete AUTH [default: 5].
+    /// Seconds (fractions allowed) to complete AUTH.
     #[arg(long, env = "TICKETING_HANDSHAKE_TIMEOUT", value_name = "SECONDS")]
     pub handshake_timeout: Option<f64>,
-    /// Raft heartbeat interval, ms [default: 50].
+    /// Raft heartbeat interval, ms.
     #[arg(long, env = "TICKETING_HEARTBEAT_MS", value_name = "MS")]
     pub heartbeat_ms: Option<u64>,
-    /// Raft election timeout lower bound, ms [default: 1160].
+    /// Raft election timeout lower bound, ms.
     #[arg(long, env = "TICKETING_ELECTION_TIMEOUT_MIN_MS", value_name = "MS")]
     pub election_timeout_min_ms: Option<u64>,
-    /// Raft election timeout upper bound, ms [default: 1200].
+    /// Raft election timeout upper bound, ms.
     #[arg(long, env = "TICKETING_ELECTION_TIMEOUT_MAX_MS", value_name = "MS")]
     pub election_timeout_max_ms: Option<u64>,
 }
 
 /// `peers` in the TOML file: a list or one comma-separated string.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-enum PeerList {
-    List(Vec<String>),
-    Text(String),
+fn peer_list<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum PeerList {
+        List(Vec<String>),
+        Text(String),
+    }
+    Ok(Option::<PeerList>::deserialize(d)?.map(|p| match p {
+        PeerList::List(list) => list,
+        PeerList::Text(text) => text.split(',').map(str::to_owned).collect(),
+    }))
 }
 
-/// The TOML file: the same keys as the flags (normalized to `_`).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    listen: Option<String>,
-    advertise: Option<String>,
-    peer_listen: Option<String>,
-    peers: Option<PeerList>,
-    bootstrap: Option<bool>,
-    client_tokens_file: Option<PathBuf>,
-    peer_token_file: Option<PathBuf>,
-    tls_cert: Option<PathBuf>,
-    tls_key: Option<PathBuf>,
-    peer_tls_ca: Option<PathBuf>,
-    admin_listen: Option<String>,
-    max_waiters_per_key: Option<usize>,
-    max_waiters: Option<usize>,
-    max_held_keys: Option<usize>,
-    max_pending_per_conn: Option<usize>,
-    max_connections: Option<usize>,
-    handshake_timeout: Option<f64>,
-    heartbeat_ms: Option<u64>,
-    election_timeout_min_ms: Option<u64>,
-    election_timeout_max_ms: Option<u64>,
-}
-
-impl FileConfig {
-    fn load(path: &Path) -> Result<FileConfig, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| err(format!("cannot read config file {}: {e}", path.display())))?;
-        let table: toml::Table =
-            text.parse().map_err(|e| err(format!("config file {} is not valid TOML: {e}", path.display())))?;
-        let mut normalized = toml::Table::new();
+impl Cli {
+    /// The settings of the `--config` file with the given flags and
+    /// variables laid over them (a flag or variable beats the file).
+    pub fn with_file(self) -> Result<Cli, ConfigError> {
+        let Some(path) = self.config.clone() else { return Ok(self) };
+        let text = read("config file", &path)?;
+        let file_error = |problem: String| ConfigError::File { path: path.clone(), problem };
+        let table: toml::Table = text.parse().map_err(|e| file_error(format!("not valid TOML: {e}")))?;
+        let mut merged = toml::Table::new();
         for (k, v) in table {
             let key = k.replace('-', "_");
-            if normalized.insert(key.clone(), v).is_some() {
-                return Err(err(format!("config file {}: key {key:?} given twice", path.display())));
+            if merged.insert(key.clone(), v).is_some() {
+                return Err(file_error(format!("key {key:?} given twice")));
             }
         }
-        toml::Value::Table(normalized).try_into().map_err(|e| err(format!("config file {}: {e}", path.display())))
+        // Type-check the file alone first, so its errors name the file.
+        let _: Cli =
+            toml::Value::Table(merged.clone()).try_into().map_err(|e: toml::de::Error| file_error(e.to_string()))?;
+        // Settings not given serialize to nothing and leave the file's value.
+        let given = toml::Table::try_from(&self)
+            .map_err(|e| invalid("command line", format!("a value does not fit a setting: {e}")))?;
+        merged.extend(given);
+        let mut cli: Cli =
+            toml::Value::Table(merged).try_into().map_err(|e: toml::de::Error| file_error(e.to_string()))?;
+        cli.config = Some(path);
+        Ok(cli)
     }
 }
 
-/// Limits of SPEC §10.
+/// The limits of docs/deployment.md, "Limits".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Waiters per key; over it → `B`.
@@ -176,7 +218,7 @@ impl Default for Limits {
             max_waiters_per_key: 1024,
             max_waiters: 100_000,
             max_held_keys: 1_000_000,
-            max_pending_per_conn: 1024,
+            max_pending_per_conn: MAX_PENDING_PER_CONN,
             max_connections: 10_000,
         }
     }
@@ -209,7 +251,7 @@ pub struct Config {
     pub peer_tls_ca: Option<PathBuf>,
     /// Admin HTTP address.
     pub admin_listen: Option<String>,
-    /// Limits of SPEC §10.
+    /// The limits of docs/deployment.md, "Limits".
     pub limits: Limits,
     /// Time to complete the handshake.
     pub handshake_timeout: Duration,
@@ -238,7 +280,7 @@ impl Default for Config {
             peer_tls_ca: None,
             admin_listen: None,
             limits: Limits::default(),
-            handshake_timeout: Duration::from_secs(5),
+            handshake_timeout: HANDSHAKE_TIMEOUT,
             heartbeat_ms: 50,
             election_timeout_min_ms: 1160,
             election_timeout_max_ms: 1200,
@@ -246,18 +288,27 @@ impl Default for Config {
     }
 }
 
+/// A listen address must be `host:port` that resolves (`--listen nonsense`
+/// is a configuration error, exit 2; a port in use is a run-time error).
+fn check_address(setting: &'static str, addr: &str) -> Result<(), ConfigError> {
+    match addr.to_socket_addrs().map(|mut addrs| addrs.next()) {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(invalid(setting, format!("{addr:?} resolves to no address"))),
+        Err(e) => Err(invalid(setting, format!("{addr:?} is not a host:port address ({e})"))),
+    }
+}
+
 /// Reads a token file: one token per line, surrounding whitespace trimmed, blank lines skipped.
 fn read_token_lines(path: &Path) -> Result<Vec<Vec<u8>>, ConfigError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| err(format!("cannot read token file {}: {e}", path.display())))?;
+    let text = read("token file", path)?;
     Ok(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(|l| l.as_bytes().to_vec()).collect())
 }
 
-fn env_var(name: &str) -> Result<Option<String>, ConfigError> {
+fn env_var(name: &'static str) -> Result<Option<String>, ConfigError> {
     match std::env::var(name) {
         Ok(v) => Ok(Some(v)),
         Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => Err(err(format!("{name} is not valid UTF-8"))),
+        Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::NotUnicode(name)),
     }
 }
 
@@ -266,55 +317,74 @@ impl Config {
     /// file and token files, validates. `--help`/`--version` and clap's
     /// usage errors exit the process (usage errors with code 2).
     pub fn load() -> Result<Config, ConfigError> {
-        Config::resolve(Cli::parse())
+        let matches = Config::command().get_matches();
+        Config::resolve(Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit()))
+    }
+
+    /// The command line, its help texts completed with the defaults of [`Config::default`].
+    pub fn command() -> clap::Command {
+        let d = Config::default();
+        let defaults = [
+            ("listen", d.listen.clone()),
+            ("max_waiters_per_key", d.limits.max_waiters_per_key.to_string()),
+            ("max_waiters", d.limits.max_waiters.to_string()),
+            ("max_held_keys", d.limits.max_held_keys.to_string()),
+            ("max_pending_per_conn", d.limits.max_pending_per_conn.to_string()),
+            ("max_connections", d.limits.max_connections.to_string()),
+            ("handshake_timeout", d.handshake_timeout.as_secs_f64().to_string()),
+            ("heartbeat_ms", d.heartbeat_ms.to_string()),
+            ("election_timeout_min_ms", d.election_timeout_min_ms.to_string()),
+            ("election_timeout_max_ms", d.election_timeout_max_ms.to_string()),
+        ];
+        let mut cmd = Cli::command();
+        for (id, value) in defaults {
+            cmd = cmd.mut_arg(id, |a| {
+                let help = a.get_help().map(ToString::to_string).unwrap_or_default();
+                a.help(format!("{help} [default: {value}]"))
+            });
+        }
+        cmd
     }
 
     /// Completes `cli` (flags and environment) with the config file and
     /// defaults, reads the token files and validates everything.
     pub fn resolve(cli: Cli) -> Result<Config, ConfigError> {
-        let file = match &cli.config {
-            Some(path) => FileConfig::load(path)?,
-            None => FileConfig::default(),
-        };
+        let cli = cli.with_file()?;
         let d = Config::default();
         let dl = Limits::default();
 
-        let listen = cli.listen.or(file.listen).unwrap_or(d.listen);
-        let advertise = match cli.advertise.or(file.advertise) {
+        let listen = cli.listen.unwrap_or(d.listen);
+        let advertise = match cli.advertise {
             Some(a) => Some(Addr::new(a.clone()).map_err(|_| {
-                err(format!("--advertise {a:?}: must be host:port, 1-255 visible ASCII bytes without spaces"))
+                invalid("--advertise", format!("{a:?} must be host:port, 1-255 visible ASCII bytes without spaces"))
             })?),
             None => None,
         };
-        let peers: Vec<String> = match cli.peers {
-            Some(list) => list,
-            None => match file.peers {
-                Some(PeerList::List(list)) => list,
-                Some(PeerList::Text(text)) => text.split(',').map(str::to_owned).collect(),
-                None => Vec::new(),
-            },
-        };
+        let peers: Vec<String> = cli.peers.unwrap_or_default();
         let peers: Vec<String> = peers.iter().map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect();
-        if !matches!(peers.len(), 0 | 3 | 5) {
-            return Err(err(format!(
-                "--peers must list all members of the cluster, self included: exactly 3 or 5 addresses \
-                 (or none for standalone mode), got {}",
-                peers.len()
-            )));
+        if !peers.is_empty() && !crate::cluster::peer_count_ok(peers.len()) {
+            return Err(invalid(
+                "--peers",
+                format!(
+                    "must list all members of the cluster, self included: exactly 3 or 5 addresses \
+                     (or none for standalone mode), got {}",
+                    peers.len()
+                ),
+            ));
         }
         let mut seen = std::collections::HashSet::new();
         for p in &peers {
             if !seen.insert(p) {
-                return Err(err(format!("--peers lists {p:?} twice")));
+                return Err(invalid("--peers", format!("lists {p:?} twice")));
             }
         }
-        let bootstrap = cli.bootstrap || file.bootstrap.unwrap_or(false);
+        let bootstrap = cli.bootstrap;
         if bootstrap && peers.is_empty() {
-            return Err(err("--bootstrap needs --peers (cluster mode)"));
+            return Err(invalid("--bootstrap", "needs --peers (cluster mode)"));
         }
 
         let mut client_tokens = Vec::new();
-        let client_tokens_file = cli.client_tokens_file.or(file.client_tokens_file);
+        let client_tokens_file = cli.client_tokens_file;
         if let Some(path) = &client_tokens_file {
             client_tokens.extend(read_token_lines(path)?);
         }
@@ -325,37 +395,34 @@ impl Config {
         let mut unique = std::collections::HashSet::new();
         client_tokens.retain(|t| unique.insert(t.clone()));
 
-        let peer_token = match cli.peer_token_file.or(file.peer_token_file) {
+        let peer_token = match cli.peer_token_file {
             Some(path) => {
                 let lines = read_token_lines(&path)?;
                 match lines.as_slice() {
                     [one] => Some(one.clone()),
                     _ => {
-                        return Err(err(format!(
-                            "peer token file {} must hold exactly one non-empty line",
-                            path.display()
-                        )))
+                        return Err(invalid(
+                            "--peer-token-file",
+                            format!("{} must hold exactly one non-empty line", path.display()),
+                        ))
                     }
                 }
             }
             None => env_var("TICKETING_PEER_TOKEN")?.map(|t| t.trim().as_bytes().to_vec()).filter(|t| !t.is_empty()),
         };
 
-        let tls_cert = cli.tls_cert.or(file.tls_cert);
-        let tls_key = cli.tls_key.or(file.tls_key);
+        let tls_cert = cli.tls_cert;
+        let tls_key = cli.tls_key;
         if tls_cert.is_some() != tls_key.is_some() {
-            return Err(err("--tls-cert and --tls-key must be given together"));
+            return Err(invalid("--tls-cert", "--tls-cert and --tls-key must be given together"));
         }
 
         let limits = Limits {
-            max_waiters_per_key: cli.max_waiters_per_key.or(file.max_waiters_per_key).unwrap_or(dl.max_waiters_per_key),
-            max_waiters: cli.max_waiters.or(file.max_waiters).unwrap_or(dl.max_waiters),
-            max_held_keys: cli.max_held_keys.or(file.max_held_keys).unwrap_or(dl.max_held_keys),
-            max_pending_per_conn: cli
-                .max_pending_per_conn
-                .or(file.max_pending_per_conn)
-                .unwrap_or(dl.max_pending_per_conn),
-            max_connections: cli.max_connections.or(file.max_connections).unwrap_or(dl.max_connections),
+            max_waiters_per_key: cli.max_waiters_per_key.unwrap_or(dl.max_waiters_per_key),
+            max_waiters: cli.max_waiters.unwrap_or(dl.max_waiters),
+            max_held_keys: cli.max_held_keys.unwrap_or(dl.max_held_keys),
+            max_pending_per_conn: cli.max_pending_per_conn.unwrap_or(dl.max_pending_per_conn),
+            max_connections: cli.max_connections.unwrap_or(dl.max_connections),
         };
 
         const MAX_LIMIT: usize = 1 << 30;
@@ -367,35 +434,57 @@ impl Config {
             ("--max-connections", limits.max_connections),
         ] {
             if value > MAX_LIMIT {
-                return Err(err(format!("{name} must be at most {MAX_LIMIT}, got {value}")));
+                return Err(invalid(name, format!("must be at most {MAX_LIMIT}, got {value}")));
             }
         }
 
-        let hs = cli.handshake_timeout.or(file.handshake_timeout).unwrap_or(5.0);
-        if !hs.is_finite() || hs <= 0.0 || hs > 3600.0 {
-            return Err(err(format!("--handshake-timeout must be a number of seconds in (0, 3600], got {hs}")));
-        }
-        let handshake_timeout = Duration::from_secs_f64(hs);
+        let handshake_timeout = match cli.handshake_timeout {
+            None => d.handshake_timeout,
+            Some(hs) if hs.is_finite() && hs > 0.0 && hs <= 3600.0 => Duration::from_secs_f64(hs),
+            Some(hs) => {
+                return Err(invalid(
+                    "--handshake-timeout",
+                    format!("must be a number of seconds in (0, 3600], got {hs}"),
+                ))
+            }
+        };
 
-        let heartbeat_ms = cli.heartbeat_ms.or(file.heartbeat_ms).unwrap_or(d.heartbeat_ms);
-        let election_timeout_min_ms =
-            cli.election_timeout_min_ms.or(file.election_timeout_min_ms).unwrap_or(d.election_timeout_min_ms);
-        let election_timeout_max_ms =
-            cli.election_timeout_max_ms.or(file.election_timeout_max_ms).unwrap_or(d.election_timeout_max_ms);
+        let heartbeat_ms = cli.heartbeat_ms.unwrap_or(d.heartbeat_ms);
+        let election_timeout_min_ms = cli.election_timeout_min_ms.unwrap_or(d.election_timeout_min_ms);
+        let election_timeout_max_ms = cli.election_timeout_max_ms.unwrap_or(d.election_timeout_max_ms);
         if heartbeat_ms == 0 {
-            return Err(err("--heartbeat-ms must be at least 1"));
+            return Err(invalid("--heartbeat-ms", "must be at least 1"));
         }
         if election_timeout_min_ms <= heartbeat_ms || election_timeout_max_ms <= election_timeout_min_ms {
-            return Err(err(format!(
-                "timing must satisfy heartbeat-ms < election-timeout-min-ms < election-timeout-max-ms, \
-                 got {heartbeat_ms} / {election_timeout_min_ms} / {election_timeout_max_ms}"
-            )));
+            return Err(invalid(
+                "--election-timeout-min-ms",
+                format!(
+                    "timing must satisfy heartbeat-ms < election-timeout-min-ms < election-timeout-max-ms, \
+                     got {heartbeat_ms} / {election_timeout_min_ms} / {election_timeout_max_ms}"
+                ),
+            ));
+        }
+
+        let peer_listen = cli.peer_listen;
+        let peer_tls_ca = cli.peer_tls_ca;
+        if !peers.is_empty() && peer_listen.is_none() {
+            return Err(invalid("--peer-listen", "cluster mode (--peers) needs --peer-listen"));
+        }
+        if peer_tls_ca.is_some() {
+            return Err(invalid("--peer-tls-ca", "TLS between peers is not supported by this build"));
+        }
+        let admin_listen = cli.admin_listen;
+        check_address("--listen", &listen)?;
+        for (setting, addr) in [("--peer-listen", &peer_listen), ("--admin-listen", &admin_listen)] {
+            if let Some(addr) = addr {
+                check_address(setting, addr)?;
+            }
         }
 
         Ok(Config {
             listen,
             advertise,
-            peer_listen: cli.peer_listen.or(file.peer_listen),
+            peer_listen,
             peers,
             bootstrap,
             client_tokens,
@@ -403,8 +492,8 @@ impl Config {
             peer_token,
             tls_cert,
             tls_key,
-            peer_tls_ca: cli.peer_tls_ca.or(file.peer_tls_ca),
-            admin_listen: cli.admin_listen.or(file.admin_listen),
+            peer_tls_ca,
+            admin_listen,
             limits,
             handshake_timeout,
             heartbeat_ms,
@@ -450,10 +539,11 @@ mod tests {
     #[test]
     fn peer_count_rule() {
         for (list, ok) in [("a:1", false), ("a:1,b:1", false), ("a:1,b:1,c:1", true), ("a:1,b:1,c:1,d:1", false)] {
-            let r = Config::resolve(cli(&["--peers", list]));
+            let r = Config::resolve(cli(&["--peer-listen", "127.0.0.1:1", "--peers", list]));
             assert_eq!(r.is_ok(), ok, "{list}");
         }
-        assert!(Config::resolve(cli(&["--peers", "a:1,b:1,c:1,d:1,e:1"])).is_ok());
+        assert!(Config::resolve(cli(&["--peer-listen", "127.0.0.1:1", "--peers", "a:1,b:1,c:1,d:1,e:1"])).is_ok());
+        assert!(Config::resolve(cli(&["--peers", "a:1,b:1,c:1"])).is_err(), "cluster mode needs --peer-listen");
         assert!(Config::resolve(cli(&["--peers", "a:1,b:1,c:1,d:1,e:1,f:1"])).is_err());
         assert!(Config::resolve(cli(&["--peers", "a:1,a:1,c:1"])).is_err());
     }
@@ -463,7 +553,7 @@ mod tests {
         let p = tmp(
             "c.toml",
             "max-waiters-per-key = 7\nmax_waiters = 9\nhandshake-timeout = 0.25\nlisten = \"127.0.0.1:1\"\n\
-             peers = \"a:1,b:1,c:1\"\n",
+             peers = \"a:1,b:1,c:1\"\npeer-listen = \"127.0.0.1:7\"\n",
         );
         let c = Config::resolve(cli(&["--config", p.to_str().unwrap(), "--max-waiters", "3"])).unwrap();
         assert_eq!(c.limits.max_waiters_per_key, 7);
@@ -473,7 +563,25 @@ mod tests {
         assert_eq!(c.peers.len(), 3);
         let bad = tmp("bad.toml", "no_such_key = 1\n");
         let e = Config::resolve(cli(&["--config", bad.to_str().unwrap()])).unwrap_err();
-        assert!(e.0.contains("no_such_key"), "{e}");
+        assert!(matches!(&e, ConfigError::File { problem, .. } if problem.contains("no_such_key")), "{e}");
+    }
+
+    #[test]
+    fn file_lists_bootstrap_and_types() {
+        let p =
+            tmp("list.toml", "peers = [\"a:1\", \"b:1\", \"c:1\"]\nbootstrap = true\npeer_listen = \"127.0.0.1:7\"\n");
+        let c = Config::resolve(cli(&["--config", p.to_str().unwrap()])).unwrap();
+        assert_eq!(c.peers, ["a:1", "b:1", "c:1"]);
+        assert!(c.bootstrap, "bootstrap from the file");
+        let c = Config::resolve(cli(&["--config", p.to_str().unwrap(), "--peers", "x:1,y:1,z:1,v:1,w:1"])).unwrap();
+        assert_eq!(c.peers.len(), 5, "the flag beats the file");
+        let bad = tmp("type.toml", "max_waiters = \"many\"\n");
+        let e = Config::resolve(cli(&["--config", bad.to_str().unwrap()])).unwrap_err();
+        assert!(matches!(&e, ConfigError::File { problem, .. } if problem.contains("max_waiters")), "{e}");
+        let twice = tmp("twice.toml", "max-waiters = 1\nmax_waiters = 2\n");
+        assert!(matches!(Config::resolve(cli(&["--config", twice.to_str().unwrap()])), Err(ConfigError::File { .. })));
+        let huge = ["--config", p.to_str().unwrap(), "--max-connections", "18446744073709551615"];
+        assert!(Config::resolve(cli(&huge)).is_err());
     }
 
     #[test]
@@ -490,6 +598,10 @@ mod tests {
         assert!(Config::resolve(cli(&["--handshake-timeout", "NaN"])).is_err());
         assert!(Config::resolve(cli(&["--tls-cert", "x"])).is_err());
         assert!(Config::resolve(cli(&["--advertise", "a b"])).is_err());
+        assert!(matches!(
+            Config::resolve(cli(&["--listen", "nonsense"])),
+            Err(ConfigError::Invalid { setting: "--listen", .. })
+        ));
         assert!(Config::resolve(cli(&["--election-timeout-min-ms", "2000"])).is_err());
         assert!(Config::resolve(cli(&["--max-connections", "18446744073709551615"])).is_err());
         assert!(Config::resolve(cli(&["--max-pending-per-conn", "0"])).is_ok());

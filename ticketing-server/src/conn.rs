@@ -1,4 +1,4 @@
-//! One client connection (SPEC §3): greeting and AUTH, decoding requests,
+//! One client connection (docs/protocol.md §3): greeting and AUTH, decoding requests,
 //! forwarding them to the lock manager, writing answers, following
 //! leadership changes. Generic over the stream, so plain TCP and TLS share it.
 //!
@@ -10,15 +10,15 @@
 //! does not read its answers). The manager's answers arrive on a bounded
 //! queue with one slot per allowed in-flight request.
 
-use crate::manager::{Answer, ConnId, ManagerHandle, Request};
-use crate::replication::Leadership;
+use crate::manager::{ConnId, Delivery, ManagerHandle, ManagerRequest};
+use crate::replication::{self, Leadership};
 use bytes::{Buf, BytesMut};
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 use ticketing_proto::auth::{self, Label};
-use ticketing_proto::frame::{decode_client, MAX_FRAME};
-use ticketing_proto::{Addr, ClientFrame, ErrorCode, Hex32, Role, ServerFrame};
+use ticketing_proto::frame::decode_client;
+use ticketing_proto::limits::MAX_FRAME;
+use ticketing_proto::{Addr, ClientFrame, ErrorCode, Hex32, RequestId, Role, ServerFrame};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
@@ -59,14 +59,15 @@ enum End {
     Gone,
 }
 
-struct Conn<'a> {
+/// The state of one client connection (its task owns it).
+struct ClientConn<'a> {
     id: ConnId,
     ctx: &'a ConnContext,
     snonce: Hex32,
     authed: bool,
     registered: bool,
-    in_flight: HashSet<u64>,
-    answers_tx: mpsc::Sender<Answer>,
+    in_flight: HashSet<RequestId>,
+    deliveries_tx: mpsc::Sender<Delivery>,
     leadership: watch::Receiver<Leadership>,
     last_leader: Option<Addr>,
     was_serving: bool,
@@ -85,16 +86,16 @@ pub async fn serve<S>(
     S: AsyncRead + AsyncWrite + Send,
 {
     let (mut rd, mut wr) = tokio::io::split(stream);
-    let (answers_tx, mut answers_rx) = mpsc::channel(ctx.max_pending.saturating_add(8));
+    let (deliveries_tx, mut deliveries_rx) = mpsc::channel(ctx.max_pending.saturating_add(8));
     let snonce = auth::nonce(&mut rand_core::OsRng);
-    let mut conn = Conn {
+    let mut conn = ClientConn {
         id,
         ctx,
         snonce,
         authed: false,
         registered: false,
         in_flight: HashSet::new(),
-        answers_tx,
+        deliveries_tx,
         leadership: ctx.leadership.clone(),
         last_leader: None,
         was_serving: false,
@@ -122,8 +123,8 @@ pub async fn serve<S>(
             _ = sleep_until_some(eof_drain), if eof_drain.is_some() => {
                 break End::Gone;
             }
-            Some(answer) = answers_rx.recv() => {
-                if let Some(end) = conn.on_answer(answer) {
+            Some(delivery) = deliveries_rx.recv() => {
+                if let Some(end) = conn.on_delivery(delivery) {
                     break end;
                 }
             }
@@ -149,7 +150,7 @@ pub async fn serve<S>(
                         // handed a key); answers already being committed
                         // (a grant of a free key, a release) are still written.
                         debug!("client closed its sending side");
-                        if !conn.registered || ctx.manager.send(Request::LeaveQueues { conn: id }).await.is_err() {
+                        if !conn.registered || ctx.manager.send(ManagerRequest::LeaveQueues { conn: id }).await.is_err() {
                             break End::Gone;
                         }
                         eof_drain = Some(Instant::now() + EOF_DRAIN);
@@ -171,15 +172,15 @@ pub async fn serve<S>(
 
     // Its waiters leave their queues at once (its grants stay).
     if conn.registered {
-        ctx.manager.closed(id);
+        ctx.manager.disconnected(id);
     }
     match end {
         End::Fatal(frame) => {
             debug!(frame = ?frame, "closing with error");
             // Answers already committed go out before the `E` line.
-            while let Ok(answer) = answers_rx.try_recv() {
-                if matches!(answer, Answer::Reply { .. }) {
-                    let _ = conn.on_answer(answer);
+            while let Ok(delivery) = deliveries_rx.try_recv() {
+                if matches!(delivery, Delivery::Reply { .. }) {
+                    let _ = conn.on_delivery(delivery);
                 }
             }
             frame.encode(&mut conn.out);
@@ -226,29 +227,26 @@ async fn linger<R: AsyncRead>(rd: &mut ReadHalf<R>) {
     }
 }
 
-impl Conn<'_> {
+impl ClientConn<'_> {
     fn send(&mut self, frame: &ServerFrame) {
         frame.encode(&mut self.out);
     }
 
     fn not_serving_frame(&self, l: &Leadership) -> ServerFrame {
-        match &l.leader {
-            Some(addr) if *addr != self.ctx.advertise => ServerFrame::Moved { addr: addr.clone() },
-            _ => ServerFrame::error(ErrorCode::NoLeader),
-        }
+        replication::redirect(l.leader.as_ref(), &self.ctx.advertise)
     }
 
-    fn on_answer(&mut self, answer: Answer) -> Option<End> {
-        match answer {
-            Answer::Reply { id, frame } => {
-                self.in_flight.remove(&id.0);
+    fn on_delivery(&mut self, delivery: Delivery) -> Option<End> {
+        match delivery {
+            Delivery::Reply { id, frame } => {
+                self.in_flight.remove(&id);
                 trace!(frame = ?frame, "answer");
                 self.send(&frame);
                 None
             }
-            Answer::Fatal(frame) => Some(End::Fatal(frame)),
-            Answer::Dropped(id) => {
-                self.in_flight.remove(&id.0);
+            Delivery::Fatal(frame) => Some(End::Fatal(frame)),
+            Delivery::Dropped(id) => {
+                self.in_flight.remove(&id);
                 None
             }
         }
@@ -301,7 +299,7 @@ impl Conn<'_> {
             ClientFrame::Auth { .. } => return Some(End::Fatal(ServerFrame::error(ErrorCode::BadFrame))),
             ClientFrame::Acquire { id, .. } | ClientFrame::Release { id, .. } | ClientFrame::Ping { id } => *id,
         };
-        if self.in_flight.contains(&id.0) {
+        if self.in_flight.contains(&id) {
             return Some(End::Fatal(ServerFrame::error(ErrorCode::DuplicateId)));
         }
         if let ClientFrame::Ping { id } = frame {
@@ -319,12 +317,12 @@ impl Conn<'_> {
         let conn = self.id;
         let req = match frame {
             ClientFrame::Acquire { id, key, owner, wait, lease } => {
-                Request::Acquire { conn, id, key, owner, wait, lease, read_at }
+                ManagerRequest::Acquire { conn, id, key, owner, wait, lease, read_at }
             }
-            ClientFrame::Release { id, key, owner, token } => Request::Release { conn, id, key, owner, token },
+            ClientFrame::Release { id, key, owner, token } => ManagerRequest::Release { conn, id, key, owner, token },
             ClientFrame::Auth { .. } | ClientFrame::Ping { .. } => unreachable!("handled above"),
         };
-        self.in_flight.insert(id.0);
+        self.in_flight.insert(id);
         if self.ctx.manager.send(req).await.is_err() {
             return Some(End::Fatal(ServerFrame::error(ErrorCode::Internal)));
         }
@@ -345,7 +343,7 @@ impl Conn<'_> {
         let smac = auth::mac(token, Label::Server, &self.snonce, &cnonce);
         let role = if l.serving { Role::Leader } else { Role::Follower };
         self.send(&ServerFrame::Ok { role, smac });
-        let req = Request::Register { conn: self.id, tx: self.answers_tx.clone() };
+        let req = ManagerRequest::Register { conn: self.id, tx: self.deliveries_tx.clone() };
         if self.ctx.manager.send(req).await.is_err() {
             return Some(End::Fatal(ServerFrame::error(ErrorCode::Internal)));
         }
@@ -367,14 +365,14 @@ pub struct ConnGauge(ManagerHandle);
 impl ConnGauge {
     /// Increments the gauge; the drop decrements it.
     pub fn new(manager: &ManagerHandle) -> ConnGauge {
-        manager.metrics().connections.fetch_add(1, Ordering::Relaxed);
+        manager.metrics().connections.inc();
         ConnGauge(manager.clone())
     }
 }
 
 impl Drop for ConnGauge {
     fn drop(&mut self) {
-        self.0.metrics().connections.fetch_sub(1, Ordering::Relaxed);
+        self.0.metrics().connections.dec();
     }
 }
 

@@ -4,6 +4,7 @@
 //! server when the last one is gone.
 
 use crate::conn::{self, ConnContext, ConnGauge};
+use crate::manager::ConnId;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -37,7 +38,7 @@ impl Listener {
     /// Accepts connections until the task is dropped. Accept errors (for
     /// example running out of file descriptors) are logged and retried after
     /// a short pause; they never stop the server.
-    pub async fn run(&self) {
+    pub async fn run(&self) -> std::convert::Infallible {
         let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
         let mut next_id: u64 = 0;
         loop {
@@ -51,7 +52,7 @@ impl Listener {
             };
             let _ = socket.set_nodelay(true);
             next_id += 1;
-            let id = next_id;
+            let id = ConnId(next_id);
             let deadline = Instant::now() + self.handshake_timeout;
             let tls = self.tls.clone();
             let Ok(permit) = self.limit.clone().try_acquire_owned() else {
@@ -72,7 +73,7 @@ impl Listener {
             let ctx = self.ctx.clone();
             let shutdown = self.notify_shutdown.subscribe();
             let complete = self.shutdown_complete.clone();
-            let span = info_span!("conn", id, %peer);
+            let span = info_span!("conn", id = id.0, %peer);
             tokio::spawn(
                 async move {
                     let _permit = permit;

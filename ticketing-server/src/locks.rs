@@ -1,9 +1,9 @@
-//! THE lock state machine (SPEC §4–5): the only place where a grant, a
+//! THE lock state machine (docs/protocol.md §6): the only place where a grant, a
 //! release or an expiry takes effect.
 //!
 //! [`LockState::apply`] is pure and deterministic: it reads no clock (the
 //! proposing leader's wall-clock microseconds travel inside the command) and
-//! gives the same [`Outcome`] on every node for the same sequence of
+//! gives the same [`Applied`] on every node for the same sequence of
 //! commands. Standalone mode applies commands directly; cluster mode applies
 //! the same commands after Raft commits them. Waiters, wait timers and lease
 //! timers are leader-local and live in `manager`; only holders and the token
@@ -11,6 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use ticketing_proto::limits::TOKEN_MAX;
 use ticketing_proto::{Key, Owner, Token};
 
 /// Who a key is handed to in the same command that frees it.
@@ -23,7 +24,7 @@ pub struct NextHolder {
 }
 
 /// A replicated command. Every variant carries the proposing leader's wall
-/// clock (`micros` since the Unix epoch) for the token rule of SPEC §5.
+/// clock (`micros` since the Unix epoch) for the token rule of docs/protocol.md §6.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     /// Grant a free key.
@@ -74,9 +75,9 @@ impl Command {
     }
 }
 
-/// What applying a command did.
+/// What applying a command did (its effect on the replicated state).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Outcome {
+pub enum Applied {
     /// `Grant` took effect with this token.
     Granted(Token),
     /// `Grant` found the key held: nothing changed.
@@ -113,9 +114,6 @@ pub struct LockState {
     last_token: u64,
     held: HashMap<Key, Holder>,
 }
-
-/// The largest token value (tokens are `< 2^63`).
-const TOKEN_MAX: u64 = (1 << 63) - 1;
 
 impl LockState {
     /// An empty state (no holders, no token issued yet).
@@ -161,28 +159,28 @@ impl LockState {
     }
 
     /// Applies one command. Deterministic: depends only on the state and the command.
-    pub fn apply(&mut self, cmd: &Command) -> Outcome {
+    pub fn apply(&mut self, cmd: &Command) -> Applied {
         match cmd {
             Command::Grant { key, owner, lease_s, micros } => {
                 if self.held.contains_key(key) {
-                    return Outcome::AlreadyHeld;
+                    return Applied::AlreadyHeld;
                 }
-                let Some(token) = self.next_token(*micros) else { return Outcome::AlreadyHeld };
+                let Some(token) = self.next_token(*micros) else { return Applied::AlreadyHeld };
                 self.held.insert(key.clone(), Holder { owner: owner.clone(), token, lease_s: *lease_s });
-                Outcome::Granted(token)
+                Applied::Granted(token)
             }
             Command::Release { key, owner, token, next, micros }
             | Command::Expire { key, owner, token, next, micros } => {
                 match self.held.get(key) {
                     Some(h) if h.owner == *owner && h.token == *token => {}
-                    _ => return Outcome::NotHolder,
+                    _ => return Applied::NotHolder,
                 }
                 self.held.remove(key);
                 let handed_over = self.hand_over(key, next, *micros);
                 if matches!(cmd, Command::Release { .. }) {
-                    Outcome::Released { handed_over }
+                    Applied::Released { handed_over }
                 } else {
-                    Outcome::Expired { handed_over }
+                    Applied::Expired { handed_over }
                 }
             }
         }
@@ -192,6 +190,8 @@ impl LockState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use ticketing_proto::limits::{MAX_LEASE, MIN_LEASE};
 
     fn k(s: &str) -> Key {
         Key::new(s.to_owned()).unwrap()
@@ -206,10 +206,10 @@ mod tests {
     #[test]
     fn token_is_max_of_last_plus_one_and_clock() {
         let mut s = LockState::new();
-        assert_eq!(s.apply(&grant("a", "o1", 1000)), Outcome::Granted(Token::new(1000).unwrap()));
+        assert_eq!(s.apply(&grant("a", "o1", 1000)), Applied::Granted(Token::new(1000).unwrap()));
         // clock went backwards: still strictly increasing
-        assert_eq!(s.apply(&grant("b", "o2", 10)), Outcome::Granted(Token::new(1001).unwrap()));
-        assert_eq!(s.apply(&grant("c", "o3", 5000)), Outcome::Granted(Token::new(5000).unwrap()));
+        assert_eq!(s.apply(&grant("b", "o2", 10)), Applied::Granted(Token::new(1001).unwrap()));
+        assert_eq!(s.apply(&grant("c", "o3", 5000)), Applied::Granted(Token::new(5000).unwrap()));
         assert_eq!(s.last_token(), 5000);
     }
 
@@ -218,60 +218,142 @@ mod tests {
         let mut s = LockState::new();
         s.apply(&grant("a", "o1", 1));
         let before = s.clone();
-        assert_eq!(s.apply(&grant("a", "o2", 2)), Outcome::AlreadyHeld);
+        assert_eq!(s.apply(&grant("a", "o2", 2)), Applied::AlreadyHeld);
         assert_eq!(s, before);
     }
 
     #[test]
     fn release_hands_over_in_the_same_command() {
         let mut s = LockState::new();
-        let Outcome::Granted(t1) = s.apply(&grant("a", "o1", 1)) else { panic!() };
+        let Applied::Granted(t1) = s.apply(&grant("a", "o1", 1)) else { panic!() };
         let next = Some(NextHolder { owner: o("o2"), lease_s: 9 });
         let r = Command::Release { key: k("a"), owner: o("o1"), token: t1, next: next.clone(), micros: 1 };
-        let Outcome::Released { handed_over: Some(t2) } = s.apply(&r) else { panic!() };
+        let Applied::Released { handed_over: Some(t2) } = s.apply(&r) else { panic!() };
         assert!(t2 > t1);
         assert_eq!(s.holder(&k("a")).unwrap(), &Holder { owner: o("o2"), token: t2, lease_s: 9 });
         // the same release again does not match any more, and an expiry of the old grant neither
-        assert_eq!(s.apply(&r), Outcome::NotHolder);
+        assert_eq!(s.apply(&r), Applied::NotHolder);
         let e = Command::Expire { key: k("a"), owner: o("o1"), token: t1, next: None, micros: 1 };
-        assert_eq!(s.apply(&e), Outcome::NotHolder);
+        assert_eq!(s.apply(&e), Applied::NotHolder);
         assert_eq!(s.holder(&k("a")).unwrap().token, t2);
     }
 
     #[test]
     fn release_needs_exact_owner_token_and_key() {
         let mut s = LockState::new();
-        let Outcome::Granted(t) = s.apply(&grant("a", "o1", 1)) else { panic!() };
+        let Applied::Granted(t) = s.apply(&grant("a", "o1", 1)) else { panic!() };
         let other = Token::new(t.get() + 1).unwrap();
         for cmd in [
             Command::Release { key: k("a"), owner: o("o2"), token: t, next: None, micros: 0 },
             Command::Release { key: k("a"), owner: o("o1"), token: other, next: None, micros: 0 },
             Command::Release { key: k("b"), owner: o("o1"), token: t, next: None, micros: 0 },
         ] {
-            assert_eq!(s.apply(&cmd), Outcome::NotHolder);
+            assert_eq!(s.apply(&cmd), Applied::NotHolder);
         }
         let e = Command::Expire { key: k("a"), owner: o("o1"), token: t, next: None, micros: 0 };
-        assert_eq!(s.apply(&e), Outcome::Expired { handed_over: None });
+        assert_eq!(s.apply(&e), Applied::Expired { handed_over: None });
         assert_eq!(s.held_count(), 0);
     }
 
     #[test]
     fn token_never_reaches_2_pow_63() {
         let mut s = LockState::new();
-        assert!(matches!(s.apply(&grant("a", "o", u64::MAX)), Outcome::Granted(t) if t.get() == TOKEN_MAX));
-        assert_eq!(s.apply(&grant("b", "o", u64::MAX)), Outcome::AlreadyHeld);
+        assert!(matches!(s.apply(&grant("a", "o", u64::MAX)), Applied::Granted(t) if t.get() == TOKEN_MAX));
+        assert_eq!(s.apply(&grant("b", "o", u64::MAX)), Applied::AlreadyHeld);
         assert_eq!(s.last_token(), TOKEN_MAX);
     }
 
-    #[test]
-    fn same_commands_same_state() {
-        let cmds = [grant("a", "x", 5), grant("b", "y", 3), grant("a", "z", 9)];
-        let (mut s1, mut s2) = (LockState::new(), LockState::new());
-        let o1: Vec<_> = cmds.iter().map(|c| s1.apply(c)).collect();
-        let o2: Vec<_> = cmds.iter().map(|c| s2.apply(c)).collect();
-        assert_eq!(o1, o2);
-        assert_eq!(s1, s2);
-        let snap = serde_json::to_string(&s1).unwrap();
-        assert_eq!(serde_json::from_str::<LockState>(&snap).unwrap(), s1);
+    /// One step of a random history; `pick` chooses between the current
+    /// holder's grant (so releases and expiries do match) and a stale one.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Grant { key: u8, owner: u8, lease_s: u8, micros: u64 },
+        Release { key: u8, pick: u8, next: Option<(u8, u8)>, micros: u64 },
+        Expire { key: u8, pick: u8, next: Option<(u8, u8)>, micros: u64 },
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        let micros = prop_oneof![0..2000u64, Just(u64::MAX), any::<u64>()];
+        let next = proptest::option::of((0..3u8, MIN_LEASE..=MAX_LEASE));
+        prop_oneof![
+            (0..4u8, 0..3u8, MIN_LEASE..=MAX_LEASE, micros.clone())
+                .prop_map(|(key, owner, lease_s, micros)| Step::Grant { key, owner, lease_s, micros }),
+            (0..4u8, any::<u8>(), next.clone(), micros.clone()).prop_map(|(key, pick, next, micros)| Step::Release {
+                key,
+                pick,
+                next,
+                micros
+            }),
+            (0..4u8, any::<u8>(), next, micros).prop_map(|(key, pick, next, micros)| Step::Expire {
+                key,
+                pick,
+                next,
+                micros
+            }),
+        ]
+    }
+
+    /// Turns a step into a command the way a leader would: against its own
+    /// view `s` (the holder's exact grant, or a wrong owner/token).
+    fn command(s: &LockState, step: &Step) -> Command {
+        let key = |n: u8| k(&format!("k{n}"));
+        let owner = |n: u8| o(&format!("o{n}"));
+        let grant_of = |n: u8, pick: u8| match (s.holder(&key(n)), pick % 3) {
+            (Some(h), 0 | 1) => (h.owner.clone(), h.token),
+            (Some(h), _) => (h.owner.clone(), Token::new(h.token.get() - 1).unwrap_or(h.token)),
+            (None, _) => (owner(pick % 3), Token::new(u64::from(pick) + 1).unwrap()),
+        };
+        let next = |n: &Option<(u8, u8)>| n.map(|(o, lease_s)| NextHolder { owner: owner(o), lease_s });
+        match step {
+            Step::Grant { key: n, owner: w, lease_s, micros } => {
+                Command::Grant { key: key(*n), owner: owner(*w), lease_s: *lease_s, micros: *micros }
+            }
+            Step::Release { key: n, pick, next: nx, micros } => {
+                let (owner, token) = grant_of(*n, *pick);
+                Command::Release { key: key(*n), owner, token, next: next(nx), micros: *micros }
+            }
+            Step::Expire { key: n, pick, next: nx, micros } => {
+                let (owner, token) = grant_of(*n, *pick);
+                Command::Expire { key: key(*n), owner, token, next: next(nx), micros: *micros }
+            }
+        }
+    }
+
+    proptest! {
+        /// Replicas fed the same commands end identical (holders, tokens,
+        /// counter, every effect), also one restored from a snapshot midway;
+        /// and every token issued is larger than every token before it.
+        #[test]
+        fn same_commands_same_state(steps in proptest::collection::vec(step(), 1..120), cut in any::<prop::sample::Index>()) {
+            let mut leader = LockState::new();
+            let cmds: Vec<Command> = steps.iter().map(|st| {
+                let c = command(&leader, st);
+                leader.apply(&c);
+                c
+            }).collect();
+            let cut = cut.index(cmds.len());
+            let (mut a, mut b) = (LockState::new(), LockState::new());
+            let mut last = 0u64;
+            for (i, c) in cmds.iter().enumerate() {
+                if i == cut {
+                    let snap = serde_json::to_string(&b).unwrap();
+                    b = serde_json::from_str(&snap).unwrap();
+                }
+                let ea = a.apply(c);
+                prop_assert_eq!(&ea, &b.apply(c));
+                let issued = match ea {
+                    Applied::Granted(t) | Applied::Released { handed_over: Some(t) } | Applied::Expired { handed_over: Some(t) } => Some(t),
+                    _ => None,
+                };
+                if let Some(t) = issued {
+                    prop_assert!(t.get() > last, "token {} after {}", t.get(), last);
+                    prop_assert!(t.get() <= TOKEN_MAX);
+                    last = t.get();
+                }
+            }
+            prop_assert_eq!(&a, &b);
+            prop_assert_eq!(&a, &leader);
+            prop_assert_eq!(a.last_token(), last);
+        }
     }
 }

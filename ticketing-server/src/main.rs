@@ -5,7 +5,7 @@
 
 use std::io::Write;
 use std::process::ExitCode;
-use ticketing_server::config::Config;
+use ticketing_server::config::{Config, ConfigError};
 use ticketing_server::server;
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
@@ -47,7 +47,12 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ticketing-server: {e:#}");
-            ExitCode::FAILURE
+            // Configuration found wrong only at start-up (TLS files) exits 2 too.
+            if e.chain().any(|c| c.is::<ConfigError>()) {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

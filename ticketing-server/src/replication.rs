@@ -4,11 +4,11 @@
 //! commits it through openraft and applies it on every node. Both run the
 //! same [`LockState::apply`], so there is one lock implementation.
 
-use crate::locks::{Command, LockState, Outcome};
+use crate::locks::{Applied, Command, Holder, LockState};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use ticketing_proto::Addr;
+use ticketing_proto::{Addr, ErrorCode, Key, ServerFrame};
 use tokio::sync::watch;
 
 /// Why a proposal was not committed (or its outcome is unknown).
@@ -24,7 +24,7 @@ pub enum ProposeError {
 }
 
 /// A boxed proposal future.
-pub type Proposal = Pin<Box<dyn Future<Output = Result<Outcome, ProposeError>> + Send>>;
+pub type Proposal = Pin<Box<dyn Future<Output = Result<Applied, ProposeError>> + Send>>;
 
 /// What this node knows about leadership, published on a `watch` channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,17 +40,61 @@ pub struct Leadership {
     pub epoch: u64,
 }
 
+/// What `/status` shows of the applied state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AppliedSummary {
+    /// Keys held.
+    pub held_keys: usize,
+    /// The last token issued (0 before the first grant).
+    pub last_token: u64,
+}
+
+/// THE rule for a request this node cannot serve (docs/protocol.md §7,
+/// "Redirects"): `M <leader>` when a leader other than this node (`own`, its
+/// advertised client address) is known, else `E no_leader`. A node never
+/// redirects a client to itself: a restarted node can share its address with
+/// the old member a stale leader hint still names.
+pub fn redirect(leader: Option<&Addr>, own: &Addr) -> ServerFrame {
+    match leader {
+        Some(addr) if addr != own => ServerFrame::Moved { addr: addr.clone() },
+        _ => ServerFrame::error(ErrorCode::NoLeader),
+    }
+}
+
 /// Makes lock commands durable and applied, in one order, before anything is answered.
 pub trait Replicator: Send + Sync + 'static {
     /// Propose one command; resolves once it is committed and applied, with
     /// the outcome of [`LockState::apply`] for it.
     fn propose(&self, cmd: Command) -> Proposal;
 
-    /// A copy of the applied state (for a new leader's lease timers and for /locks).
-    fn applied(&self) -> LockState;
+    /// Runs `f` on the applied state, without copying it.
+    fn with_applied(&self, f: &mut dyn FnMut(&LockState));
 
     /// Leadership changes.
     fn leadership(&self) -> watch::Receiver<Leadership>;
+}
+
+impl dyn Replicator {
+    /// The applied holder of `key` (a copy of that one entry).
+    pub fn applied_holder(&self, key: &Key) -> Option<Holder> {
+        let mut out = None;
+        self.with_applied(&mut |s| out = s.holder(key).cloned());
+        out
+    }
+
+    /// Every applied holder (a new leader restarts their leases).
+    pub fn applied_holders(&self) -> Vec<(Key, Holder)> {
+        let mut out = Vec::new();
+        self.with_applied(&mut |s| out = s.holders().map(|(k, h)| (k.clone(), h.clone())).collect());
+        out
+    }
+
+    /// Held keys and the last token.
+    pub fn applied_summary(&self) -> AppliedSummary {
+        let mut out = AppliedSummary::default();
+        self.with_applied(&mut |s| out = AppliedSummary { held_keys: s.held_count(), last_token: s.last_token() });
+        out
+    }
 }
 
 /// Standalone mode: one node, always the serving leader; a command is
@@ -77,8 +121,8 @@ impl Replicator for Standalone {
         Box::pin(std::future::ready(outcome))
     }
 
-    fn applied(&self) -> LockState {
-        self.state.lock().map(|s| s.clone()).unwrap_or_default()
+    fn with_applied(&self, f: &mut dyn FnMut(&LockState)) {
+        f(&self.state.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     fn leadership(&self) -> watch::Receiver<Leadership> {

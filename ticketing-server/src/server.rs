@@ -1,9 +1,10 @@
 //! Wiring: picks the replicator (standalone or cluster), starts the lock
-//! manager and the accept loop, and runs the graceful shutdown of SPEC §9:
+//! manager and the accept loop, and runs the graceful shutdown (docs/deployment.md, "Shutdown"):
 //! stop accepting, let in-flight proposals finish, send `E shutting_down` to
 //! every connection, wait (bounded) for the connections to close.
 
-use crate::config::Config;
+use crate::cluster::{self, ClusterError};
+use crate::config::{Config, ConfigError};
 use crate::conn::ConnContext;
 use crate::listener::Listener;
 use crate::manager::{self, ManagerHandle, Metrics};
@@ -25,6 +26,8 @@ use tracing::{info, warn};
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long shutdown waits for connections to close after `E shutting_down`.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long shutdown waits for Raft to stop.
+const RAFT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The client address announced in `M`/`L`: `--advertise`, else the bound
 /// listen address (so `--listen 127.0.0.1:0` announces the real port).
@@ -38,46 +41,82 @@ pub fn advertise_addr(config: &Config, listener: &TcpListener) -> Result<Addr> {
 
 /// THE ONE SEAM for cluster mode: builds the openraft-backed [`Replicator`]
 /// (peer port, Raft, bootstrap or join) announcing `advertise` to clients.
-pub async fn cluster_replicator(config: &Config, advertise: &Addr) -> Result<Arc<crate::cluster::ClusterReplicator>> {
-    let cfg = crate::cluster::ClusterConfig::from_config(config, advertise.clone())?;
-    Ok(crate::cluster::start(cfg).await?)
+pub async fn cluster_replicator(config: &Config, advertise: &Addr) -> Result<cluster::Started, ClusterError> {
+    cluster::start(cluster::ClusterConfig::from_config(config, advertise.clone())).await
 }
 
 /// Runs the server on `listener` until `shutdown` completes, then shuts
-/// down gracefully. Standalone without `--peers`, cluster mode otherwise.
+/// down gracefully (Raft included). Standalone without `--peers`, cluster
+/// mode otherwise. A refused `--bootstrap` shuts down the same way and is
+/// returned as the error.
 pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future) -> Result<()> {
     let advertise = advertise_addr(&config, &listener)?;
-    let (replicator, cluster): (Arc<dyn Replicator>, _) = if config.is_standalone() {
-        (Arc::new(Standalone::new(advertise.clone())), None)
+    let (replicator, cluster, failed): (Arc<dyn Replicator>, _, _) = if config.is_standalone() {
+        (Arc::new(Standalone::new(advertise.clone())), None, None)
     } else {
-        let c = cluster_replicator(&config, &advertise).await?;
-        (c.clone(), Some(c))
+        let started = cluster_replicator(&config, &advertise).await?;
+        (started.replicator.clone(), Some(started.replicator), Some(started.failed))
     };
-    let manager = manager::spawn(replicator.clone(), config.limits.clone(), Arc::new(Metrics::default()));
+    // Stops on the signal, or with the error of a refused bootstrap.
+    let stop = async move {
+        let failed = async {
+            match failed {
+                Some(rx) => match rx.await {
+                    Ok(e) => e,
+                    // The node can no longer fail this way.
+                    Err(_) => std::future::pending().await,
+                },
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = shutdown => None,
+            e = failed => Some(e),
+        }
+    };
+    let metrics = Arc::new(Metrics::new(cluster.is_some()));
+    let manager = manager::spawn(replicator.clone(), config.limits.clone(), metrics, advertise.clone());
     if let Some(addr) = &config.admin_listen {
         let admin = TcpListener::bind(addr).await.with_context(|| format!("cannot bind --admin-listen {addr}"))?;
-        let state = crate::admin::AdminState { manager: manager.clone(), replicator: replicator.clone(), cluster };
+        let state = crate::admin::AdminState {
+            manager: manager.clone(),
+            replicator: replicator.clone(),
+            cluster: cluster.clone(),
+        };
         tokio::spawn(async move {
             if let Err(e) = crate::admin::serve(admin, state).await {
                 warn!(error = %e, "admin HTTP stopped");
             }
         });
     }
-    run_with(&config, listener, advertise, replicator, manager, shutdown).await
+    let served = run_with(&config, listener, advertise, replicator, manager, stop).await;
+    if let Some(c) = &cluster {
+        if tokio::time::timeout(RAFT_SHUTDOWN_TIMEOUT, c.shutdown()).await.is_err() {
+            warn!("Raft did not stop in time");
+        }
+    }
+    match served? {
+        Some(failure) => Err(failure.into()),
+        None => Ok(()),
+    }
 }
 
 /// Like [`run`], with the replicator and manager built by the caller (cluster
-/// mode, tests, the admin server sharing the manager handle).
-pub async fn run_with(
+/// mode, tests, the admin server sharing the manager handle). Returns what
+/// `shutdown` completed with.
+pub async fn run_with<F: Future>(
     config: &Config,
     listener: TcpListener,
     advertise: Addr,
     replicator: Arc<dyn Replicator>,
     manager: ManagerHandle,
-    shutdown: impl Future,
-) -> Result<()> {
+    shutdown: F,
+) -> Result<F::Output> {
     let tls = match (&config.tls_cert, &config.tls_key) {
-        (Some(cert), Some(key)) => Some(tls_acceptor(cert, key)?),
+        (Some(cert), Some(key)) => Some(
+            tls_acceptor(cert, key)
+                .map_err(|e| ConfigError::Invalid { setting: "--tls-cert", problem: format!("{e:#}") })?,
+        ),
         _ => None,
     };
     let ctx = Arc::new(ConnContext {
@@ -99,7 +138,7 @@ pub async fn run_with(
         handshake_timeout: config.handshake_timeout,
     };
     if config.client_tokens.is_empty() && config.client_tokens_file.is_some() {
-        // SPEC §3.1: no tokens = auth off. Say so loudly when a file was given.
+        // No tokens = auth off (docs/protocol.md §3). Say so loudly when a file was given.
         warn!("the client tokens file holds no token: client authentication is OFF");
     }
     info!(
@@ -110,10 +149,11 @@ pub async fn run_with(
         "serving clients"
     );
 
-    tokio::select! {
-        _ = listener.run() => {}
-        _ = shutdown => info!("shutdown requested"),
-    }
+    let stopped = tokio::select! {
+        never = listener.run() => match never {},
+        out = shutdown => out,
+    };
+    info!("shutting down");
 
     // 1. Stop accepting.
     let Listener { listener: socket, notify_shutdown, shutdown_complete, .. } = listener;
@@ -130,7 +170,7 @@ pub async fn run_with(
         warn!("some connections did not close in time");
     }
     info!("stopped");
-    Ok(())
+    Ok(stopped)
 }
 
 /// TLS for the client port from PEM files (rustls 0.23 with the ring provider).

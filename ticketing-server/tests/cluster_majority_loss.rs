@@ -1,5 +1,5 @@
 //! Two of three killed: the survivor grants nothing; the killed pair
-//! restarted without `--bootstrap` never forms a leader (SPEC §8.2).
+//! restarted without `--bootstrap` never forms a leader (docs/deployment.md, rolling restart).
 
 mod cluster_common;
 use cluster_common::*;

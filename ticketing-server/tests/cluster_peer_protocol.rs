@@ -1,4 +1,4 @@
-//! The peer port (SPEC §8.4) seen from outside: the handshake with the peer
+//! The peer port (docs/cluster-protocol.md) seen from outside: the handshake with the peer
 //! token and labels, `OK <domain> <node_id> <smac>`, length-prefixed JSON
 //! envelopes, rejection of a message for another NodeId, and of bad frames.
 

@@ -1,4 +1,4 @@
-//! SPEC §8.1: only 3 or 5 voters; any other peer count exits 2 with a clear message.
+//! docs/deployment.md, "A 3-node cluster": only 3 or 5 voters; any other peer count exits 2 with a clear message.
 
 mod cluster_common;
 use cluster_common::{free_port, BIN};

@@ -1,7 +1,7 @@
 //! Rolling restart of all three nodes, one at a time, each restarted without
 //! `--bootstrap` (new NodeId, no state) and rejoining as a learner that
-//! replaces its old self (SPEC §8.3), under a running workload that keeps a
-//! fenced counter in SQLite (SPEC §5 recipe): no double grant, no token
+//! replaces its old self (docs/deployment.md, rolling restart), under a running workload that keeps a
+//! fenced counter in SQLite (the fencing recipe of docs/client.md): no double grant, no token
 //! regression, and the counter equals the number of fenced increments.
 
 mod cluster_common;

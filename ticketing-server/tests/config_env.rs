@@ -1,4 +1,4 @@
-//! SPEC §9: flag > environment > config file > default; the peer-count rule.
+//! docs/deployment.md, "Configuration": flag > environment > config file > default; the peer-count rule.
 
 mod common;
 use common::*;
@@ -59,6 +59,39 @@ async fn bad_configuration_exits_2_with_a_message() {
     let (code, err) = run_failing(&[], &["--config", file.to_str().unwrap()]);
     assert_eq!(code, Some(2));
     assert!(err.contains("unknown_setting"), "{err}");
+    // Addresses that cannot be listened on are configuration errors too.
+    for (var, addr) in [("TICKETING_LISTEN", "nonsense"), ("TICKETING_LISTEN", "127.0.0.1:99999")] {
+        // Without run_failing's `--listen 127.0.0.1:0`, which would win over the variable.
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ticketing-server"))
+            .env_clear()
+            .env(var, addr)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > std::time::Duration::from_secs(10) {
+                let _ = child.kill();
+                panic!("{addr}: the server should have exited");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(2), "{addr}: {err}");
+        assert!(err.contains("--listen") && err.contains(addr), "{err}");
+    }
+    let (code, err) = run_failing(&[], &["--admin-listen", "127.0.0.1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--admin-listen"), "{err}");
+    let (code, err) = run_failing(&[], &["--peers", "a:1,b:1,c:1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--peer-listen"), "{err}");
     // Tokens never go on the command line.
     let (code, _) = run_failing(&[], &["--client-tokens", "secret"]);
     assert_eq!(code, Some(2));

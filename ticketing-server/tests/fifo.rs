@@ -1,4 +1,4 @@
-//! SPEC §4/§11: waiters are granted in arrival order with strictly increasing
+//! docs/protocol.md §6: waiters are granted in arrival order with strictly increasing
 //! tokens, on one connection and across several.
 
 mod common;
@@ -66,7 +66,7 @@ async fn tokens_increase_across_keys_and_follow_the_wall_clock() {
         let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as u64;
         let t = c.grab(i, &format!("tk{i}"), &owner(), 5).await;
         assert!(t > last, "strictly increasing");
-        // SPEC §5: token = max(last + 1, the leader's wall clock in µs).
+        // docs/protocol.md §6: token = max(last + 1, the leader's wall clock in µs).
         assert!(t + 10_000_000 >= before && t < before + 60_000_000, "token {t} vs clock {before}");
         last = t;
     }

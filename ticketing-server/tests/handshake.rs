@@ -1,4 +1,4 @@
-//! SPEC §3.1: greeting, AUTH with tokens on/off, rotation, replay, smac,
+//! docs/protocol.md §3: greeting, AUTH with tokens on/off, rotation, replay, smac,
 //! handshake timeout, frames out of place during the handshake.
 
 mod common;

@@ -26,8 +26,8 @@ impl Replicator for Controlled {
     fn propose(&self, cmd: Command) -> Proposal {
         self.inner.propose(cmd)
     }
-    fn applied(&self) -> LockState {
-        self.inner.applied()
+    fn with_applied(&self, f: &mut dyn FnMut(&LockState)) {
+        self.inner.with_applied(f)
     }
     fn leadership(&self) -> watch::Receiver<Leadership> {
         self.leadership.subscribe()
@@ -49,7 +49,8 @@ impl Node {
         let control = Arc::new(Controlled { inner: Standalone::new(me.clone()), leadership: tx });
         let replicator: Arc<dyn Replicator> = control.clone();
         let config = Config::default();
-        let manager = manager::spawn(replicator.clone(), config.limits.clone(), Arc::new(Metrics::default()));
+        let manager =
+            manager::spawn(replicator.clone(), config.limits.clone(), Arc::new(Metrics::default()), me.clone());
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(async move {
             server::run_with(&config, listener, me, replicator, manager, async {

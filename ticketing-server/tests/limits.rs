@@ -1,4 +1,4 @@
-//! SPEC §10: waiter caps and the held-keys cap answer `B`; the connection
+//! docs/deployment.md, "Limits": waiter caps and the held-keys cap answer `B`; the connection
 //! limit answers `E overloaded`.
 
 mod common;

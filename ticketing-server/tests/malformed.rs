@@ -1,4 +1,4 @@
-//! SPEC §2 and §3.3: every malformed frame gets `E bad_frame` (oversized:
+//! docs/protocol.md §2 and §7: every malformed frame gets `E bad_frame` (oversized:
 //! `E too_large`) and a close; nothing changes; other connections go on.
 
 mod common;

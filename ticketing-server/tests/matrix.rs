@@ -1,4 +1,4 @@
-//! SPEC §4: every row of the request × key state matrix (standalone leader).
+//! docs/protocol.md §6: every row of the request × key state matrix (standalone leader).
 
 mod common;
 use common::*;

@@ -1,4 +1,4 @@
-//! SPEC §3.3: pipelined requests answered out of order; duplicate ids; the
+//! docs/protocol.md §4–5 and §7: pipelined requests answered out of order; duplicate ids; the
 //! in-flight limit.
 
 mod common;

@@ -1,4 +1,4 @@
-//! SPEC §9: SIGTERM stops accepting, sends `E shutting_down` to every
+//! docs/deployment.md, "Shutdown": SIGTERM stops accepting, sends `E shutting_down` to every
 //! connection and exits 0.
 
 mod common;

@@ -1,4 +1,5 @@
-//! Identity and membership (SPEC §8.2–8.3): bootstrap of a new fencing
+//! Identity and membership (docs/deployment.md, "A 3-node cluster" and
+//! "Identity and the rolling restart"): bootstrap of a new fencing
 //! domain, the join loop of a node without one, and the leader's rolling
 //! learner replacement (add learner → caught up → replace the voter), one at
 //! a time.
@@ -183,7 +184,8 @@ pub async fn resolve_self(node: &Node, pool: &Pool) -> String {
     }
 }
 
-/// A node that is not a voter asks its peers to join it (SPEC §8.3), until it is one.
+/// A node that is not a voter asks its peers to join it (docs/deployment.md, "Identity and
+/// the rolling restart"), until it is one.
 pub async fn join_loop(node: Arc<Node>, pool: Arc<Pool>) {
     let me = resolve_self(&node, &pool).await;
     let request =
@@ -191,7 +193,7 @@ pub async fn join_loop(node: Arc<Node>, pool: Arc<Pool>) {
     let mut last_note = String::new();
     loop {
         if is_voter(&node, node.id) {
-            info!(node = node.id, "this node is a voter of the domain");
+            info!(node = %node.id, "this node is a voter of the domain");
             return;
         }
         for addr in node.peers.iter().filter(|p| **p != me) {
@@ -251,13 +253,13 @@ pub async fn on_join(node: &Arc<Node>, req: JoinRequest) -> JoinAnswer {
     let raft = raft.clone();
     tokio::spawn(async move {
         let _guard = guard;
-        info!(new = req.node_id, old = ?old_voters, addr = %req.node.peer, "replacing a member: adding the learner");
+        info!(new = %req.node_id, old = ?old_voters, addr = %req.node.peer, "replacing a member: adding the learner");
         match tokio::time::timeout(REPLACE_STEP_TIMEOUT, raft.add_learner(req.node_id, req.node.clone(), true)).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => return warn!(error = %e, "replacement: add learner failed"),
             Err(_) => return warn!("replacement: the learner did not catch up in time"),
         }
-        info!(new = req.node_id, voters = ?voters, "replacement: learner caught up, changing the voters");
+        info!(new = %req.node_id, voters = ?voters, "replacement: learner caught up, changing the voters");
         match tokio::time::timeout(
             REPLACE_STEP_TIMEOUT,
             raft.change_membership(ChangeMembers::ReplaceAllVoters(voters), false),
@@ -283,7 +285,7 @@ pub async fn on_join(node: &Arc<Node>, req: JoinRequest) -> JoinAnswer {
                 warn!(error = %e, "replacement: removing stale learners failed");
             }
         }
-        info!(new = req.node_id, "replacement done");
+        info!(new = %req.node_id, "replacement done");
     });
     JoinAnswer::Accepted(domain)
 }

@@ -1,15 +1,18 @@
-//! Cluster mode (SPEC §8): the [`Replicator`] on openraft.
+//! Cluster mode (docs/deployment.md, docs/cluster-protocol.md): the
+//! [`Replicator`] on openraft.
 //!
 //! - `types`: the openraft type configuration (entries are lock commands).
 //! - `store`: in-memory log, state machine over [`LockState`], snapshots.
-//! - `wire`: the peer protocol's handshake and frames (§8.4).
+//! - `wire`: the peer protocol's handshake and frames (docs/cluster-protocol.md).
 //! - `peer`: the peer port, the connection pool, the openraft network.
-//! - `membership`: bootstrap, join and rolling learner replacement (§8.2–8.3).
+//! - `membership`: bootstrap, join and rolling learner replacement
+//!   (docs/deployment.md, "Identity and the rolling restart").
 //!
 //! This module holds no lock logic: it commits [`Command`]s and applies them
 //! with [`LockState::apply`] on every node; the leader's manager does the rest
 //! through the [`Replicator`] trait, following [`Leadership`], which is
-//! published here from `raft.metrics()` with the quorum-ack gate of §8.1.
+//! published here from `raft.metrics()` with the quorum-ack gate
+//! (docs/deployment.md, "Failover timing").
 
 pub mod membership;
 pub mod peer;
@@ -19,18 +22,24 @@ pub mod wire;
 
 use crate::locks::{Command, LockState};
 use crate::replication::{Leadership, Proposal, ProposeError, Replicator};
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{ClientWriteError, Fatal, RaftError};
 use openraft::ServerState;
-use std::collections::BTreeMap;
 use std::fmt;
+use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use ticketing_proto::Addr;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tracing::{error, info};
 use types::{DomainId, NodeId, NodeInfo, Raft};
+
+/// THE peer-count rule (docs/deployment.md, "A 3-node cluster"): a cluster
+/// has 3 or 5 members (`--peers`, self included), nothing else.
+pub fn peer_count_ok(n: usize) -> bool {
+    matches!(n, 3 | 5)
+}
 
 /// What cluster mode needs to start.
 #[derive(Debug, Clone)]
@@ -49,21 +58,17 @@ pub struct ClusterConfig {
     pub heartbeat_ms: u64,
     /// Raft election timeout lower bound, ms.
     pub election_timeout_min_ms: u64,
-    /// Raft election timeout upper bound, ms (also the quorum-ack limit of §8.1).
+    /// Raft election timeout upper bound, ms (also the quorum-ack limit, docs/deployment.md "Failover timing").
     pub election_timeout_max_ms: u64,
 }
 
 impl ClusterConfig {
-    /// The cluster part of the server configuration; `advertise` is the
+    /// The cluster part of a validated server configuration (cluster mode
+    /// has `--peer-listen`, checked by `Config::resolve`); `advertise` is the
     /// client address to announce (the configured one or the bound one).
-    pub fn from_config(cfg: &crate::config::Config, advertise: Addr) -> Result<ClusterConfig, ClusterError> {
-        if cfg.peer_tls_ca.is_some() {
-            return Err(ClusterError("--peer-tls-ca: TLS between peers is not supported by this build".into()));
-        }
-        let peer_listen =
-            cfg.peer_listen.clone().ok_or_else(|| ClusterError("cluster mode (--peers) needs --peer-listen".into()))?;
-        Ok(ClusterConfig {
-            peer_listen,
+    pub fn from_config(cfg: &crate::config::Config, advertise: Addr) -> ClusterConfig {
+        ClusterConfig {
+            peer_listen: cfg.peer_listen.clone().unwrap_or_default(),
             peers: cfg.peers.clone(),
             bootstrap: cfg.bootstrap,
             peer_token: cfg.peer_token.clone().unwrap_or_default(),
@@ -71,21 +76,53 @@ impl ClusterConfig {
             heartbeat_ms: cfg.heartbeat_ms,
             election_timeout_min_ms: cfg.election_timeout_min_ms,
             election_timeout_max_ms: cfg.election_timeout_max_ms,
-        })
+        }
     }
 }
 
-/// A cluster start-up error.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClusterError(pub String);
+/// Why cluster mode could not start, or stopped.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// `--peers` does not list 3 or 5 addresses.
+    PeerCount(usize),
+    /// The peer port cannot be bound.
+    Bind {
+        /// `--peer-listen`.
+        addr: String,
+        /// Why.
+        source: io::Error,
+    },
+    /// openraft refused the timing settings.
+    RaftConfig(openraft::ConfigError),
+    /// Raft did not start.
+    RaftStart(openraft::error::Fatal<NodeId>),
+    /// `--bootstrap` refused to create a domain (nothing was changed).
+    BootstrapRefused(String),
+}
 
 impl fmt::Display for ClusterError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            ClusterError::PeerCount(n) => write!(f, "--peers must list 3 or 5 addresses, got {n}"),
+            ClusterError::Bind { addr, source } => write!(f, "cannot bind --peer-listen {addr}: {source}"),
+            ClusterError::RaftConfig(e) => write!(f, "invalid Raft timing: {e}"),
+            ClusterError::RaftStart(e) => write!(f, "cannot start Raft: {e}"),
+            ClusterError::BootstrapRefused(why) => write!(f, "bootstrap refused: {why}"),
+        }
     }
 }
 
-impl std::error::Error for ClusterError {}
+impl std::error::Error for ClusterError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ClusterError::Bind { source, .. } => Some(source),
+            ClusterError::RaftConfig(e) => Some(e),
+            ClusterError::RaftStart(e) => Some(e),
+            ClusterError::PeerCount(_) | ClusterError::BootstrapRefused(_) => None,
+        }
+    }
+}
 
 /// Node-wide state shared by the peer server, the pool and membership.
 pub struct Node {
@@ -137,7 +174,7 @@ fn random_node_id() -> NodeId {
         // Keep ids below 2^63 so they read the same in every JSON consumer.
         let id = id >> 1;
         if id != 0 {
-            return id;
+            return NodeId(id);
         }
     }
 }
@@ -200,9 +237,11 @@ fn map_write_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>) -> 
         RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
             ProposeError::NotLeader(f.leader_node.and_then(|n| Addr::new(n.client).ok()))
         }
+        // Not raised for a lock command; if it were, nothing is known about it.
         RaftError::APIError(ClientWriteError::ChangeMembershipError(_)) => ProposeError::Unknown,
-        RaftError::Fatal(openraft::error::Fatal::Stopped) => ProposeError::Shutdown,
-        RaftError::Fatal(_) => ProposeError::Unknown,
+        RaftError::Fatal(Fatal::Stopped) => ProposeError::Shutdown,
+        // Raft died under the proposal: whether it committed is unknown.
+        RaftError::Fatal(Fatal::Panicked | Fatal::StorageError(_)) => ProposeError::Unknown,
     }
 }
 
@@ -223,8 +262,8 @@ impl Replicator for ClusterReplicator {
         })
     }
 
-    fn applied(&self) -> LockState {
-        self.sm.locks()
+    fn with_applied(&self, f: &mut dyn FnMut(&LockState)) {
+        self.sm.with_locks(f)
     }
 
     fn leadership(&self) -> watch::Receiver<Leadership> {
@@ -274,23 +313,32 @@ impl ClusterReplicator {
         }
     }
 
-    /// Stops Raft.
+    /// Stops Raft (graceful shutdown; the peer port stops answering Raft).
     pub async fn shutdown(&self) {
-        let _ = self.raft.shutdown().await;
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "Raft did not shut down cleanly");
+        }
     }
 }
 
+/// A started cluster node.
+pub struct Started {
+    /// The replicator.
+    pub replicator: Arc<ClusterReplicator>,
+    /// Resolves if the node must stop: a refused or failed `--bootstrap`
+    /// (the binary then exits 1 with the message, docs/deployment.md).
+    pub failed: oneshot::Receiver<ClusterError>,
+}
+
 /// Starts cluster mode: binds the peer port, starts Raft, the leadership
-/// publisher and bootstrap (with `--bootstrap`) or the join loop. A refused
-/// or failed bootstrap ends the process with exit code 1 and a message on
-/// stderr (SPEC §8.2).
-pub async fn start(cfg: ClusterConfig) -> Result<Arc<ClusterReplicator>, ClusterError> {
-    if !matches!(cfg.peers.len(), 3 | 5) {
-        return Err(ClusterError(format!("--peers must list 3 or 5 addresses, got {}", cfg.peers.len())));
+/// publisher and bootstrap (with `--bootstrap`) or the join loop.
+pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
+    if !peer_count_ok(cfg.peers.len()) {
+        return Err(ClusterError::PeerCount(cfg.peers.len()));
     }
     let listener = TcpListener::bind(&cfg.peer_listen)
         .await
-        .map_err(|e| ClusterError(format!("cannot bind --peer-listen {}: {e}", cfg.peer_listen)))?;
+        .map_err(|source| ClusterError::Bind { addr: cfg.peer_listen.clone(), source })?;
     let node = Arc::new(Node {
         id: random_node_id(),
         token: cfg.peer_token.clone(),
@@ -311,7 +359,7 @@ pub async fn start(cfg: ClusterConfig) -> Result<Arc<ClusterReplicator>, Cluster
         ..Default::default()
     }
     .validate()
-    .map_err(|e| ClusterError(format!("invalid Raft timing: {e}")))?;
+    .map_err(ClusterError::RaftConfig)?;
     let pool = Arc::new(peer::Pool::new(node.clone()));
     let sm = store::StateMachine::default();
     let raft = Raft::new(
@@ -322,9 +370,9 @@ pub async fn start(cfg: ClusterConfig) -> Result<Arc<ClusterReplicator>, Cluster
         sm.clone(),
     )
     .await
-    .map_err(|e| ClusterError(format!("cannot start Raft: {e}")))?;
+    .map_err(ClusterError::RaftStart)?;
     let _ = node.raft.set(raft.clone());
-    info!(node = node.id, peer_listen = %cfg.peer_listen, peers = ?cfg.peers, "cluster node started");
+    info!(node = %node.id, peer_listen = %cfg.peer_listen, peers = ?cfg.peers, "cluster node started");
     tokio::spawn(peer::serve(listener, node.clone()));
 
     let (tx, _) = watch::channel(Leadership { serving: false, active: false, leader: None, epoch: 0 });
@@ -337,19 +385,20 @@ pub async fn start(cfg: ClusterConfig) -> Result<Arc<ClusterReplicator>, Cluster
     });
     tokio::spawn(publish_leadership(replicator.clone(), Duration::from_millis(cfg.election_timeout_max_ms)));
 
+    let (failed_tx, failed) = oneshot::channel();
     if cfg.bootstrap {
         let (node, pool) = (node.clone(), pool.clone());
         tokio::spawn(async move {
-            if let Err(e) = membership::bootstrap(node, pool).await {
-                error!(error = %e, "bootstrap refused");
-                eprintln!("ticketing-server: bootstrap refused: {e}");
-                std::process::exit(1);
+            if let Err(why) = membership::bootstrap(node, pool).await {
+                error!(error = %why, "bootstrap refused");
+                let _ = failed_tx.send(ClusterError::BootstrapRefused(why));
             }
         });
     } else {
+        drop(failed_tx);
         tokio::spawn(membership::join_loop(node, pool));
     }
-    Ok(replicator)
+    Ok(Started { replicator, failed })
 }
 
 /// Derives [`Leadership`] from the Raft metrics, re-checked every few
@@ -393,9 +442,9 @@ async fn publish_leadership(rep: Arc<ClusterReplicator>, quorum_limit: Duration)
         let was_serving = rep.node.serving.swap(serving, Ordering::AcqRel);
         if serving && !was_serving {
             epoch += 1;
-            info!(node = rep.node.id, term = m.current_term, epoch, "serving as leader");
+            info!(node = %rep.node.id, term = m.current_term, epoch, "serving as leader");
         } else if !serving && was_serving {
-            info!(node = rep.node.id, quorum_ok, is_leader, "stopped serving");
+            info!(node = %rep.node.id, quorum_ok, is_leader, "stopped serving");
         }
         let next = Leadership { serving, active, leader, epoch };
         rep.leadership.send_if_modified(|cur| {
@@ -421,9 +470,4 @@ async fn publish_leadership(rep: Arc<ClusterReplicator>, quorum_limit: Duration)
             _ = tokio::time::sleep(tick) => {}
         }
     }
-}
-
-/// The members of the current membership, by id (tests, admin).
-pub fn members_of(raft: &Raft) -> BTreeMap<NodeId, NodeInfo> {
-    raft.metrics().borrow().membership_config.membership().nodes().map(|(id, n)| (*id, n.clone())).collect()
 }

@@ -1,4 +1,4 @@
-//! The peer transport of SPEC §8.4: the accept loop of the peer port, the
+//! The peer transport (docs/cluster-protocol.md): the accept loop of the peer port, the
 //! pool of outgoing connections (one per peer address, pipelined, every RPC
 //! with a timeout) and the openraft network on top of it.
 
@@ -24,8 +24,8 @@ use tracing::{debug, warn};
 
 /// Time to connect and complete the handshake with a peer.
 const DIAL_TIMEOUT: Duration = Duration::from_millis(1000);
-/// Time an accepted peer has to complete the handshake.
-const ACCEPT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time an accepted peer has to complete the handshake (the client port's default).
+const ACCEPT_HANDSHAKE_TIMEOUT: Duration = ticketing_proto::limits::HANDSHAKE_TIMEOUT;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -123,7 +123,14 @@ async fn respond(node: &Arc<Node>, env: Envelope) -> Body {
         Body::StatusReq => Body::StatusResp(membership::status(node)),
         Body::BootstrapReq(d) => Body::BootstrapResp(membership::on_bootstrap(node, d).await),
         Body::JoinReq(j) => Body::JoinResp(membership::on_join(node, j).await),
-        _ => Body::Refused(Refusal::Unsupported),
+        // An answer sent as a request.
+        Body::AppendResp(_)
+        | Body::VoteResp(_)
+        | Body::SnapshotResp(_)
+        | Body::JoinResp(_)
+        | Body::StatusResp(_)
+        | Body::BootstrapResp(_)
+        | Body::Refused(_) => Body::Refused(Refusal::Unsupported),
     }
 }
 
@@ -142,7 +149,7 @@ pub enum RpcError {
     /// The peer refused the message.
     Refused(Refusal),
     /// The connection closed before the answer.
-    Closed,
+    ConnectionLost,
     /// No answer in time.
     Timeout,
     /// The answer did not fit the request.
@@ -157,7 +164,7 @@ impl fmt::Display for RpcError {
                 write!(f, "node {expected} is gone: node {actual} listens at that address")
             }
             RpcError::Refused(r) => write!(f, "refused: {r:?}"),
-            RpcError::Closed => f.write_str("connection closed"),
+            RpcError::ConnectionLost => f.write_str("connection closed"),
             RpcError::Timeout => f.write_str("timed out"),
             RpcError::Unexpected => f.write_str("unexpected answer"),
         }
@@ -166,29 +173,31 @@ impl fmt::Display for RpcError {
 
 impl std::error::Error for RpcError {}
 
-type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Envelope>>>>;
+/// The calls on one connection waiting for their answers, by envelope id.
+type AwaitedAnswers = Arc<Mutex<HashMap<u64, oneshot::Sender<Envelope>>>>;
 
-struct Conn {
+/// One outgoing connection to a peer (pipelined).
+struct PeerConn {
     peer_id: NodeId,
     tx: mpsc::Sender<Vec<u8>>,
-    pending: Pending,
+    pending: AwaitedAnswers,
     alive: Arc<AtomicBool>,
     next_id: AtomicU64,
 }
 
 /// Removes a pending entry when its caller gives up.
-struct PendingGuard<'a> {
-    pending: &'a Pending,
+struct AwaitGuard<'a> {
+    pending: &'a AwaitedAnswers,
     id: u64,
 }
 
-impl Drop for PendingGuard<'_> {
+impl Drop for AwaitGuard<'_> {
     fn drop(&mut self) {
         lock(self.pending).remove(&self.id);
     }
 }
 
-type Slot = Arc<tokio::sync::Mutex<Option<Arc<Conn>>>>;
+type Slot = Arc<tokio::sync::Mutex<Option<Arc<PeerConn>>>>;
 
 /// Outgoing connections, one per peer address, dialed on demand.
 pub struct Pool {
@@ -202,7 +211,7 @@ impl Pool {
         Pool { node, slots: Mutex::new(HashMap::new()) }
     }
 
-    async fn conn(&self, addr: &str) -> Result<Arc<Conn>, RpcError> {
+    async fn conn(&self, addr: &str) -> Result<Arc<PeerConn>, RpcError> {
         let slot = lock(&self.slots).entry(addr.to_owned()).or_default().clone();
         let mut guard = slot.lock().await;
         if let Some(c) = guard.as_ref() {
@@ -220,17 +229,22 @@ impl Pool {
         Ok(c)
     }
 
-    async fn dial(&self, addr: &str) -> Result<Arc<Conn>, WireError> {
+    async fn dial(&self, addr: &str) -> Result<Arc<PeerConn>, WireError> {
         let stream = TcpStream::connect(addr).await?;
         let _ = stream.set_nodelay(true);
         let (r, mut w) = stream.into_split();
         let mut r = BufReader::new(r);
         let (peer_id, _domain) = wire::dial_handshake(&mut r, &mut w, &self.node.token, self.node.domain()).await?;
         let (tx, mut rx) = mpsc::channel::<Vec<u8>>(256);
-        let pending: Pending = Arc::default();
+        let pending: AwaitedAnswers = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
-        let conn =
-            Arc::new(Conn { peer_id, tx, pending: pending.clone(), alive: alive.clone(), next_id: AtomicU64::new(1) });
+        let conn = Arc::new(PeerConn {
+            peer_id,
+            tx,
+            pending: pending.clone(),
+            alive: alive.clone(),
+            next_id: AtomicU64::new(1),
+        });
         let alive_w = alive.clone();
         tokio::spawn(async move {
             while let Some(bytes) = rx.recv().await {
@@ -272,19 +286,19 @@ impl Pool {
             let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
             let (tx, rx) = oneshot::channel();
             lock(&conn.pending).insert(id, tx);
-            let _guard = PendingGuard { pending: &conn.pending, id };
+            let _guard = AwaitGuard { pending: &conn.pending, id };
             let env = Envelope { v: VERSION, id, to: conn.peer_id, domain: self.node.domain(), body };
             let bytes = wire::encode(&env).map_err(|e| RpcError::Unreachable(e.to_string()))?;
             if conn.tx.send(bytes).await.is_err() {
                 conn.alive.store(false, Ordering::Release);
-                return Err(RpcError::Closed);
+                return Err(RpcError::ConnectionLost);
             }
             match rx.await {
                 Ok(answer) => match answer.body {
                     Body::Refused(r) => Err(RpcError::Refused(r)),
                     b => Ok(b),
                 },
-                Err(_) => Err(RpcError::Closed),
+                Err(_) => Err(RpcError::ConnectionLost),
             }
         };
         tokio::time::timeout(limit, exchange).await.unwrap_or(Err(RpcError::Timeout))
@@ -321,8 +335,11 @@ type RaftRpcError<E = openraft::error::Infallible> = RPCError<NodeId, NodeInfo, 
 
 fn transport_error<E: std::error::Error>(e: RpcError) -> RPCError<NodeId, NodeInfo, E> {
     match e {
-        RpcError::Timeout | RpcError::Closed | RpcError::Unexpected => RPCError::Network(NetworkError::new(&e)),
-        _ => RPCError::Unreachable(Unreachable::new(&e)),
+        RpcError::Timeout | RpcError::ConnectionLost | RpcError::Unexpected => RPCError::Network(NetworkError::new(&e)),
+        // openraft backs off before trying an unreachable node again.
+        RpcError::Unreachable(_) | RpcError::WrongTarget { .. } | RpcError::Refused(_) => {
+            RPCError::Unreachable(Unreachable::new(&e))
+        }
     }
 }
 

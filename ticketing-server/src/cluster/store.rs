@@ -1,4 +1,5 @@
-//! In-memory Raft storage (SPEC §8.1: state is volatile): the log store and
+//! In-memory Raft storage (state is volatile, docs/deployment.md "Identity
+//! and the rolling restart"): the log store and
 //! the state machine that applies committed [`Command`]s to the one
 //! [`LockState`], plus in-memory snapshots of it.
 
@@ -178,7 +179,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok((inner.last_applied, inner.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<Option<crate::locks::Outcome>>>
+    async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<Option<crate::locks::Applied>>>
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
     {
@@ -238,12 +239,12 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::locks::{Command, Outcome};
+    use crate::locks::{Applied, Command};
     use openraft::{CommittedLeaderId, EntryPayload};
     use ticketing_proto::{Key, Owner, Token};
 
     fn entry(index: u64, payload: EntryPayload<TypeConfig>) -> Entry<TypeConfig> {
-        Entry { log_id: LogId::new(CommittedLeaderId::new(1, 7), index), payload }
+        Entry { log_id: LogId::new(CommittedLeaderId::new(1, NodeId(7)), index), payload }
     }
 
     #[tokio::test]
@@ -253,9 +254,9 @@ mod tests {
             Command::Grant { key: Key::new("k").unwrap(), owner: Owner::new("o").unwrap(), lease_s: 5, micros: 100 };
         let out =
             sm.apply(vec![entry(1, EntryPayload::Blank), entry(2, EntryPayload::Normal(grant.clone()))]).await.unwrap();
-        assert_eq!(out, vec![None, Some(Outcome::Granted(Token::new(100).unwrap()))]);
+        assert_eq!(out, vec![None, Some(Applied::Granted(Token::new(100).unwrap()))]);
         let out = sm.apply(vec![entry(3, EntryPayload::Normal(grant))]).await.unwrap();
-        assert_eq!(out, vec![Some(Outcome::AlreadyHeld)]);
+        assert_eq!(out, vec![Some(Applied::AlreadyHeld)]);
 
         let snap = sm.build_snapshot().await.unwrap();
         let mut other = StateMachine::default();

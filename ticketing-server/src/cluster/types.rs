@@ -1,14 +1,30 @@
 //! The openraft type configuration of the cluster: log entries carry the
-//! lock [`Command`]s of `locks`, responses are their [`Outcome`]s, and every
+//! lock [`Command`]s of `locks`, responses are their [`Applied`]s, and every
 //! member's node data carries both its peer and its client address.
 
-use crate::locks::{Command, Outcome};
+use crate::locks::{Applied, Command};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::io::Cursor;
 
-/// A node's identity in Raft: random, non-zero, drawn at every process start.
-pub type NodeId = u64;
+/// A node's identity in Raft: random, non-zero, below 2^63, drawn at every
+/// process start. Serialized as its number.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct NodeId(pub u64);
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::str::FromStr for NodeId {
+    type Err = std::num::ParseIntError;
+    fn from_str(s: &str) -> Result<NodeId, Self::Err> {
+        s.parse().map(NodeId)
+    }
+}
 
 /// What the membership stores about a member.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,7 +45,7 @@ openraft::declare_raft_types!(
     /// The Raft types of a Ticketing cluster.
     pub TypeConfig:
         D = Command,
-        R = Option<Outcome>,
+        R = Option<Applied>,
         NodeId = NodeId,
         Node = NodeInfo,
         Entry = openraft::Entry<TypeConfig>,
@@ -48,16 +64,18 @@ pub struct DomainId(pub u128);
 impl DomainId {
     /// Parses 32 lowercase hex digits.
     pub fn parse(text: &str) -> Option<DomainId> {
-        if text.len() != 32 || !text.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        if text.bytes().any(|b| b.is_ascii_uppercase()) {
             return None;
         }
-        u128::from_str_radix(text, 16).ok().map(DomainId)
+        let mut bytes = [0u8; 16];
+        hex::decode_to_slice(text, &mut bytes).ok()?;
+        Some(DomainId(u128::from_be_bytes(bytes)))
     }
 }
 
 impl fmt::Display for DomainId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:032x}", self.0)
+        f.write_str(&hex::encode(self.0.to_be_bytes()))
     }
 }
 

@@ -1,6 +1,11 @@
-//! The peer protocol of SPEC §8.4 on the wire: the text handshake and the
+//! The peer protocol on the wire: the text handshake and the
 //! length-prefixed binary frames. The byte layout is in
 //! `docs/cluster-protocol.md`.
+//!
+//! The handshake is the client port's (docs/protocol.md §3) with its own
+//! greeting, labels and `OK` line: its `AUTH` line is decoded by the client
+//! port's decoder ([`decode_client`]), lines are bounded by the same
+//! [`MAX_FRAME`] (512 bytes, LF included).
 //!
 //! A frame is a 4-byte big-endian length `N` (1 ≤ N ≤ 16 MiB) followed by `N`
 //! bytes of UTF-8 JSON: one [`Envelope`].
@@ -15,15 +20,15 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::time::Duration;
 use ticketing_proto::auth::{self, Label};
-use ticketing_proto::Hex32;
+use ticketing_proto::frame::decode_client;
+use ticketing_proto::limits::MAX_FRAME;
+use ticketing_proto::{ClientFrame, Hex32};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Version of the envelope format.
 pub const VERSION: u8 = 1;
 /// Largest frame body.
-pub const MAX_FRAME: usize = 16 * 1024 * 1024;
-/// Longest handshake line, LF included (as on the client port).
-pub const MAX_LINE: usize = 512;
+pub const MAX_BODY: usize = 16 * 1024 * 1024;
 
 impl Serialize for DomainId {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -53,7 +58,7 @@ pub struct Envelope {
     pub body: Body,
 }
 
-/// A join request of a restarted (or fresh) node (SPEC §8.3).
+/// A join request of a restarted (or fresh) node (docs/cluster-protocol.md §3).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JoinRequest {
     /// The joiner's NodeId (new at every process start).
@@ -127,11 +132,11 @@ pub enum Body {
     VoteReq(VoteRequest<NodeId>),
     /// Raft InstallSnapshot (one chunk).
     SnapshotReq(InstallSnapshotRequest<TypeConfig>),
-    /// Join (SPEC §8.3).
+    /// Join (docs/cluster-protocol.md §3).
     JoinReq(JoinRequest),
     /// Status.
     StatusReq,
-    /// Bootstrap: join the new domain `domain` (SPEC §8.2).
+    /// Bootstrap: join the new domain `domain` (docs/cluster-protocol.md §3).
     BootstrapReq(DomainId),
     /// Answer to `AppendReq`.
     AppendResp(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
@@ -152,8 +157,10 @@ pub enum Body {
 /// A peer-protocol failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WireError {
-    /// I/O error or closed connection.
-    Io(String),
+    /// I/O error.
+    Io(std::io::ErrorKind),
+    /// The connection closed in the middle of the handshake.
+    Disconnected,
     /// The peer broke the protocol.
     Protocol(String),
     /// The handshake was refused (`E <code>`).
@@ -165,7 +172,8 @@ pub enum WireError {
 impl fmt::Display for WireError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            WireError::Io(e) => write!(f, "peer i/o: {e}"),
+            WireError::Io(kind) => write!(f, "peer i/o: {kind}"),
+            WireError::Disconnected => f.write_str("connection closed during the handshake"),
             WireError::Protocol(e) => write!(f, "peer protocol violation: {e}"),
             WireError::Refused(e) => write!(f, "peer refused the handshake: E {e}"),
             WireError::Timeout => f.write_str("peer timed out"),
@@ -177,14 +185,14 @@ impl std::error::Error for WireError {}
 
 impl From<std::io::Error> for WireError {
     fn from(e: std::io::Error) -> WireError {
-        WireError::Io(e.to_string())
+        WireError::Io(e.kind())
     }
 }
 
 /// Encodes one frame (length prefix + JSON).
 pub fn encode(env: &Envelope) -> Result<Vec<u8>, WireError> {
     let json = serde_json::to_vec(env).map_err(|e| WireError::Protocol(format!("cannot encode: {e}")))?;
-    if json.is_empty() || json.len() > MAX_FRAME {
+    if json.is_empty() || json.len() > MAX_BODY {
         return Err(WireError::Protocol(format!("frame of {} bytes is out of range", json.len())));
     }
     let mut out = Vec::with_capacity(4 + json.len());
@@ -202,7 +210,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Envelo
         Err(e) => return Err(e.into()),
     }
     let n = u32::from_be_bytes(len) as usize;
-    if n == 0 || n > MAX_FRAME {
+    if n == 0 || n > MAX_BODY {
         return Err(WireError::Protocol(format!("frame length {n} out of range 1..=16MiB")));
     }
     let mut buf = vec![0u8; n];
@@ -215,17 +223,30 @@ pub fn decode_body(buf: &[u8]) -> Result<Envelope, WireError> {
     serde_json::from_slice(buf).map_err(|e| WireError::Protocol(format!("bad message: {e}")))
 }
 
-async fn read_line<R: AsyncBufRead + Unpin>(r: &mut R) -> Result<String, WireError> {
+/// Reads one handshake line (LF included, at most [`MAX_FRAME`] bytes).
+async fn read_raw_line<R: AsyncBufRead + Unpin>(r: &mut R) -> Result<Vec<u8>, WireError> {
     let mut line = Vec::new();
-    let mut limited = r.take(MAX_LINE as u64);
+    let mut limited = r.take(MAX_FRAME as u64);
     limited.read_until(b'\n', &mut line).await?;
     if line.last() != Some(&b'\n') {
-        return Err(if line.len() >= MAX_LINE {
+        return Err(if line.len() >= MAX_FRAME {
             WireError::Protocol("handshake line too long".into())
         } else {
-            WireError::Io("connection closed during the handshake".into())
+            WireError::Disconnected
         });
     }
+    Ok(line)
+}
+
+/// Reads one handshake line as text, without its LF.
+// TODO(lead): the greeting, `OK` and `E` lines of the peer handshake are
+// split here at single spaces; proto's `frame::find_line` + `split_fields`
+// (private) do exactly this for the client port. A public
+// `ticketing_proto::frame::line_fields(buf: &[u8]) -> Result<Option<(Vec<&[u8]>, usize)>, FrameError>`
+// (the first complete line of at most MAX_FRAME bytes, split into visible-ASCII
+// fields, and the bytes it used) would let this file drop its own splitting.
+async fn read_line<R: AsyncBufRead + Unpin>(r: &mut R) -> Result<String, WireError> {
+    let mut line = read_raw_line(r).await?;
     line.pop();
     String::from_utf8(line).map_err(|_| WireError::Protocol("handshake line is not ASCII".into()))
 }
@@ -249,21 +270,17 @@ where
 {
     let snonce = auth::nonce(&mut rand_core::OsRng);
     w.write_all(format!("TICKETING-PEER 1 {}\n", snonce.to_hex_string()).as_bytes()).await?;
-    let line = match tokio::time::timeout(limit, read_line(r)).await {
+    let line = match tokio::time::timeout(limit, read_raw_line(r)).await {
         Ok(l) => l?,
         Err(_) => {
             let _ = w.write_all(b"E handshake_timeout\n").await;
             return Err(WireError::Timeout);
         }
     };
-    let parts: Vec<&str> = line.split(' ').collect();
-    let parsed = match parts.as_slice() {
-        ["AUTH", c, m] => Hex32::parse(c.as_bytes()).ok().zip(Hex32::parse(m.as_bytes()).ok()),
-        _ => None,
-    };
-    let Some((cnonce, cmac)) = parsed else {
+    // The AUTH line of the client port's handshake, byte for byte.
+    let Ok(Some((ClientFrame::Auth { cnonce, cmac }, _))) = decode_client(&line) else {
         let _ = w.write_all(b"E bad_frame\n").await;
-        return Err(WireError::Protocol(format!("expected AUTH, got {line:?}")));
+        return Err(WireError::Protocol(format!("expected AUTH, got {:?}", String::from_utf8_lossy(&line))));
     };
     if !auth::verify(token, Label::PeerClient, &snonce, &cnonce, &cmac) {
         let _ = w.write_all(b"E auth_failed\n").await;
@@ -330,14 +347,14 @@ mod tests {
 
     #[test]
     fn frame_round_trip_and_layout() {
-        let env = Envelope { v: VERSION, id: 7, to: 42, domain: Some(DomainId(5)), body: Body::StatusReq };
+        let env = Envelope { v: VERSION, id: 7, to: NodeId(42), domain: Some(DomainId(5)), body: Body::StatusReq };
         let bytes = encode(&env).unwrap();
         let n = u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize;
         assert_eq!(n, bytes.len() - 4);
         let text = std::str::from_utf8(&bytes[4..]).unwrap();
         assert_eq!(text, r#"{"v":1,"id":7,"to":42,"domain":"00000000000000000000000000000005","body":"StatusReq"}"#);
         let back = decode_body(&bytes[4..]).unwrap();
-        assert_eq!((back.v, back.id, back.to, back.domain), (1, 7, 42, Some(DomainId(5))));
+        assert_eq!((back.v, back.id, back.to, back.domain), (1, 7, NodeId(42), Some(DomainId(5))));
     }
 
     #[tokio::test]
@@ -363,7 +380,7 @@ mod tests {
         let (br, mut bw) = split(b);
         let server = tokio::spawn(async move {
             let mut ar = BufReader::new(ar);
-            accept_handshake(&mut ar, &mut aw, server_token, 99, server_domain, Duration::from_secs(2)).await
+            accept_handshake(&mut ar, &mut aw, server_token, NodeId(99), server_domain, Duration::from_secs(2)).await
         });
         let mut br = BufReader::new(br);
         let c = dial_handshake(&mut br, &mut bw, client_token, client_domain).await;
@@ -376,9 +393,9 @@ mod tests {
     async fn handshake_paths() {
         let (s, c) = pair(b"t", b"t", Some(DomainId(1)), None).await;
         assert_eq!(s, Ok(()));
-        assert_eq!(c, Ok((99, Some(DomainId(1)))));
+        assert_eq!(c, Ok((NodeId(99), Some(DomainId(1)))));
         let (s, c) = pair(b"", b"", None, Some(DomainId(3))).await;
-        assert_eq!((s, c), (Ok(()), Ok((99, None))));
+        assert_eq!((s, c), (Ok(()), Ok((NodeId(99), None))));
         let (s, c) = pair(b"t", b"u", None, None).await;
         assert_eq!(s, Err(WireError::Refused("auth_failed".into())));
         assert_eq!(c, Err(WireError::Refused("auth_failed".into())));

@@ -1,0 +1,185 @@
+//! The server's metrics, registered once in one `prometheus-client`
+//! [`Registry`] (prefix `ticketing_`) and encoded by `/metrics` as they are.
+//! The manager counts answers and keeps the gauges in step with its
+//! projection; the listener counts connections; `/metrics` sets the
+//! leadership and Raft gauges just before encoding.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Upper bounds (seconds) of the acquire-to-grant histogram `ticketing_grant_wait_seconds`.
+pub const GRANT_WAIT_BUCKETS: [f64; 12] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 120.0];
+
+/// The Raft gauges (cluster mode only).
+#[derive(Debug, Default)]
+pub struct RaftGauges {
+    /// Current Raft term.
+    pub term: Gauge,
+    /// Committed log index.
+    pub commit_index: Gauge,
+    /// Applied log index.
+    pub applied_index: Gauge,
+    /// 1 if this node is the Raft leader.
+    pub is_leader: Gauge,
+    /// Voters in the membership.
+    pub voters: Gauge,
+}
+
+/// Every metric of the server, each registered once in [`Metrics::encode`]'s registry.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Grants committed (direct and hand-over): `ticketing_grants_total`.
+    pub grants: Counter,
+    /// Releases answered `R`: `ticketing_releases_total{result="released"}`.
+    pub releases_released: Counter,
+    /// Releases answered `N`: `ticketing_releases_total{result="not_holder"}`.
+    pub releases_not_holder: Counter,
+    /// Leases that ended (expiries committed).
+    pub expiries: Counter,
+    /// Acquires answered `T`.
+    pub timeouts: Counter,
+    /// Acquires answered `B`.
+    pub busy: Counter,
+    /// Proposals that failed (not leader, unknown outcome, shutdown).
+    pub proposal_errors: Counter,
+    /// Sum of `waited_ms` over all grants (`ticketing_grant_wait_ms_sum_total`).
+    pub grant_wait_ms_sum: Counter,
+    /// Time from reading an acquire to committing its grant (`ticketing_grant_wait_seconds`).
+    pub grant_wait: Histogram,
+    /// Waiters now queued.
+    pub waiters: Gauge,
+    /// Keys now held, grants in flight included.
+    pub held_keys: Gauge,
+    /// Authenticated or handshaking client connections.
+    pub connections: Gauge,
+    /// 1 if this node serves clients.
+    pub serving: Gauge,
+    /// Raft state; `Some` in cluster mode.
+    pub raft: Option<RaftGauges>,
+}
+
+impl Default for Metrics {
+    /// The metrics of a standalone server.
+    fn default() -> Metrics {
+        Metrics::new(false)
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric; the Raft gauges only with `cluster`.
+    pub fn new(cluster: bool) -> Metrics {
+        let mut registry = Registry::with_prefix("ticketing");
+        let grants = Counter::default();
+        registry.register("grants", "Grants committed (direct and hand-over)", grants.clone());
+        let releases = Family::<Vec<(String, String)>, Counter>::default();
+        let result = |r: &str| vec![("result".to_owned(), r.to_owned())];
+        let releases_released = releases.get_or_create(&result("released")).clone();
+        let releases_not_holder = releases.get_or_create(&result("not_holder")).clone();
+        registry.register("releases", "Releases by result", releases);
+        let counter = |registry: &mut Registry, name: &str, help: &str| {
+            let c = Counter::default();
+            registry.register(name, help, c.clone());
+            c
+        };
+        let expiries = counter(&mut registry, "expiries", "Leases that ended");
+        let timeouts = counter(&mut registry, "timeouts", "Acquires answered T");
+        let busy = counter(&mut registry, "busy", "Acquires answered B");
+        let proposal_errors = counter(&mut registry, "proposal_errors", "Proposals that failed");
+        let grant_wait_ms_sum =
+            counter(&mut registry, "grant_wait_ms_sum", "Sum of waited_ms over all grants (acquire to grant)");
+        let grant_wait = Histogram::new(GRANT_WAIT_BUCKETS.into_iter());
+        registry.register(
+            "grant_wait_seconds",
+            "Time from reading an acquire to committing its grant",
+            grant_wait.clone(),
+        );
+        let gauge = |registry: &mut Registry, name: &str, help: &str| {
+            let g = Gauge::default();
+            registry.register(name, help, g.clone());
+            g
+        };
+        let waiters = gauge(&mut registry, "waiters", "Waiters queued");
+        let held_keys = gauge(&mut registry, "held_keys", "Keys held");
+        let connections = gauge(&mut registry, "connections", "Client connections");
+        let serving = gauge(&mut registry, "serving", "1 if this node serves clients");
+        let raft = cluster.then(|| RaftGauges {
+            term: gauge(&mut registry, "raft_term", "Current Raft term"),
+            commit_index: gauge(&mut registry, "raft_commit_index", "Committed log index"),
+            applied_index: gauge(&mut registry, "raft_applied_index", "Applied log index"),
+            is_leader: gauge(&mut registry, "raft_is_leader", "1 if this node is the Raft leader"),
+            voters: gauge(&mut registry, "raft_voters", "Voters in the membership"),
+        });
+        Metrics {
+            registry,
+            grants,
+            releases_released,
+            releases_not_holder,
+            expiries,
+            timeouts,
+            busy,
+            proposal_errors,
+            grant_wait_ms_sum,
+            grant_wait,
+            waiters,
+            held_keys,
+            connections,
+            serving,
+            raft,
+        }
+    }
+
+    /// Counts one committed grant that waited `waited_ms` since its `A` was read.
+    pub fn observe_grant(&self, waited_ms: u32) {
+        self.grants.inc();
+        self.grant_wait_ms_sum.inc_by(u64::from(waited_ms));
+        self.grant_wait.observe(f64::from(waited_ms) / 1000.0);
+    }
+
+    /// The OpenMetrics text of every metric.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+/// Converts a count to a gauge value (saturating).
+pub fn gauge_value(n: impl TryInto<i64>) -> i64 {
+    n.try_into().unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_once_with_a_real_histogram() {
+        let m = Metrics::new(true);
+        m.observe_grant(3);
+        m.observe_grant(2000);
+        m.releases_released.inc();
+        m.held_keys.set(4);
+        let text = m.encode().unwrap();
+        for line in [
+            "ticketing_grants_total 2",
+            "ticketing_grant_wait_ms_sum_total 2003",
+            "ticketing_releases_total{result=\"released\"} 1",
+            "ticketing_releases_total{result=\"not_holder\"} 0",
+            "ticketing_grant_wait_seconds_count 2",
+            "ticketing_grant_wait_seconds_bucket{le=\"0.005\"} 1",
+            "ticketing_grant_wait_seconds_bucket{le=\"5.0\"} 2",
+            "ticketing_held_keys 4",
+            "ticketing_raft_term 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+        assert_eq!(text.matches("# TYPE ticketing_grants counter").count(), 1);
+        assert!(text.ends_with("# EOF\n"));
+        assert!(!Metrics::new(false).encode().unwrap().contains("raft"));
+    }
+}

@@ -1,0 +1,478 @@
+//! The leader's projection of the lock state: per key the projected holder,
+//! the FIFO queue of waiters and the releases waiting for the key's
+//! in-flight proposal; the waiters by id and by connection; the server-wide
+//! counts the limits are checked against (held keys, queued waiters).
+//!
+//! A plain struct: no tokio, no channels, no clock reads (times are inputs),
+//! so every rule here is unit-tested directly. Its counters are maintained
+//! in one place each: `held` only in [`Projection::set_holder`] and
+//! [`Projection::clear`]; a key's `live` count, `total_waiters` and the
+//! per-connection index only in `insert_waiter` and `take_waiter`.
+
+use super::{ConnId, HolderInfo, LockInfo, WaiterId};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
+use ticketing_proto::{Key, Owner, RequestId, Token};
+use tokio::time::Instant;
+
+/// Identifies one grant's lease timer: a timer whose generation is no longer
+/// the holder's is stale and ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LeaseGen(u64);
+
+/// A queued (or about to be granted) acquire.
+#[derive(Debug, Clone)]
+pub struct Waiter {
+    /// The connection that sent the `A`.
+    pub conn: ConnId,
+    /// Its request id.
+    pub id: RequestId,
+    /// The key.
+    pub key: Key,
+    /// The owner.
+    pub owner: Owner,
+    /// Lease, whole seconds.
+    pub lease: u8,
+    /// When the server read the request.
+    pub read_at: Instant,
+    /// When its wait ends.
+    pub wait_until: Instant,
+}
+
+/// The projected holder of a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    /// Owner of the grant.
+    pub owner: Owner,
+    /// `None` while the grant is being committed.
+    pub token: Option<Token>,
+    /// Lease end at the leader (`None` while the grant is being committed).
+    pub deadline: Option<Instant>,
+    /// Identifies this grant's lease timer.
+    pub gen: LeaseGen,
+}
+
+/// An `R` waiting for the key's in-flight proposal.
+#[derive(Debug, Clone)]
+pub struct QueuedRelease {
+    /// The connection that sent the `R`.
+    pub conn: ConnId,
+    /// Its request id.
+    pub id: RequestId,
+    /// Owner named in the `R`.
+    pub owner: Owner,
+    /// Token named in the `R`.
+    pub token: Token,
+}
+
+#[derive(Debug, Default)]
+struct KeyState {
+    holder: Option<Holding>,
+    /// FIFO of waiter ids; ids no longer in `Projection::waiters` are dead and skipped.
+    queue: VecDeque<WaiterId>,
+    /// Live waiters in `queue`.
+    live: usize,
+    /// A proposal for this key is in flight.
+    busy: bool,
+    /// Releases waiting for the in-flight proposal.
+    releases: VecDeque<QueuedRelease>,
+}
+
+impl KeyState {
+    fn is_idle(&self) -> bool {
+        self.holder.is_none() && self.live == 0 && !self.busy && self.releases.is_empty()
+    }
+}
+
+/// The leader-local lock projection (see the module docs).
+#[derive(Debug, Default)]
+pub struct Projection {
+    keys: HashMap<Key, KeyState>,
+    waiters: HashMap<WaiterId, Waiter>,
+    by_conn: HashMap<ConnId, HashSet<WaiterId>>,
+    next_waiter: u64,
+    next_gen: u64,
+    /// Keys with a holder (grants in flight included).
+    held: usize,
+    /// Live waiters over all keys.
+    total_waiters: usize,
+}
+
+impl Projection {
+    /// An empty projection.
+    pub fn new() -> Projection {
+        Projection::default()
+    }
+
+    /// Keys with a holder, grants being committed included.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    /// Waiters queued over all keys.
+    pub fn waiters(&self) -> usize {
+        self.total_waiters
+    }
+
+    /// Waiters queued on `key`.
+    pub fn queued(&self, key: &Key) -> usize {
+        self.keys.get(key).map_or(0, |ks| ks.live)
+    }
+
+    /// The projected holder of `key`.
+    pub fn holder(&self, key: &Key) -> Option<&Holding> {
+        self.keys.get(key).and_then(|ks| ks.holder.as_ref())
+    }
+
+    /// Whether a proposal for `key` is in flight.
+    pub fn is_busy(&self, key: &Key) -> bool {
+        self.keys.get(key).is_some_and(|ks| ks.busy)
+    }
+
+    /// Marks a proposal for `key` in flight (or finished).
+    pub fn set_busy(&mut self, key: &Key, busy: bool) {
+        if busy {
+            self.keys.entry(key.clone()).or_default().busy = true;
+        } else if let Some(ks) = self.keys.get_mut(key) {
+            ks.busy = false;
+        }
+    }
+
+    /// A live waiter.
+    pub fn waiter(&self, wid: WaiterId) -> Option<&Waiter> {
+        self.waiters.get(&wid)
+    }
+
+    /// A fresh lease generation.
+    pub fn new_gen(&mut self) -> LeaseGen {
+        self.next_gen += 1;
+        LeaseGen(self.next_gen)
+    }
+
+    /// A committed holding whose lease runs `lease` seconds from `now`.
+    pub fn committed(&mut self, owner: Owner, token: Token, lease: u8, now: Instant) -> Holding {
+        let gen = self.new_gen();
+        Holding { owner, token: Some(token), deadline: Some(now + Duration::from_secs(u64::from(lease))), gen }
+    }
+
+    /// Sets (or clears) the holder of `key`: THE place `held` changes (with [`Projection::clear`]).
+    pub fn set_holder(&mut self, key: &Key, holder: Option<Holding>) {
+        let ks = match holder {
+            Some(_) => self.keys.entry(key.clone()).or_default(),
+            None => match self.keys.get_mut(key) {
+                Some(ks) => ks,
+                None => return,
+            },
+        };
+        match (&ks.holder, &holder) {
+            (None, Some(_)) => self.held += 1,
+            (Some(_), None) => self.held -= 1,
+            _ => {}
+        }
+        ks.holder = holder;
+    }
+
+    /// Queues an `R` behind the key's in-flight proposal.
+    pub fn push_release(&mut self, key: &Key, r: QueuedRelease) {
+        self.keys.entry(key.clone()).or_default().releases.push_back(r);
+    }
+
+    /// The oldest queued `R` of `key`.
+    pub fn pop_release(&mut self, key: &Key) -> Option<QueuedRelease> {
+        self.keys.get_mut(key)?.releases.pop_front()
+    }
+
+    fn insert_waiter(&mut self, w: Waiter, front: bool) -> WaiterId {
+        self.next_waiter += 1;
+        let wid = WaiterId(self.next_waiter);
+        let ks = self.keys.entry(w.key.clone()).or_default();
+        if front {
+            ks.queue.push_front(wid);
+        } else {
+            ks.queue.push_back(wid);
+        }
+        ks.live += 1;
+        self.total_waiters += 1;
+        self.by_conn.entry(w.conn).or_default().insert(wid);
+        self.waiters.insert(wid, w);
+        wid
+    }
+
+    /// Takes a live waiter out of every index (its id stays in the key's
+    /// queue as a dead entry, skipped or compacted later).
+    fn take_waiter(&mut self, wid: WaiterId) -> Option<Waiter> {
+        let w = self.waiters.remove(&wid)?;
+        self.total_waiters -= 1;
+        if let Some(ks) = self.keys.get_mut(&w.key) {
+            ks.live -= 1;
+        }
+        if let Some(set) = self.by_conn.get_mut(&w.conn) {
+            set.remove(&wid);
+            if set.is_empty() {
+                self.by_conn.remove(&w.conn);
+            }
+        }
+        Some(w)
+    }
+
+    /// Puts `w` at the tail of its key's queue.
+    pub fn enqueue(&mut self, w: Waiter) -> WaiterId {
+        self.insert_waiter(w, false)
+    }
+
+    /// Puts `w` back at the head of its key's queue (a hand-over to it did not happen).
+    pub fn requeue_front(&mut self, w: Waiter) -> WaiterId {
+        self.insert_waiter(w, true)
+    }
+
+    /// Takes the first live waiter off the key's queue.
+    pub fn pop_head(&mut self, key: &Key) -> Option<Waiter> {
+        loop {
+            let wid = self.keys.get_mut(key)?.queue.pop_front()?;
+            if let Some(w) = self.take_waiter(wid) {
+                return Some(w);
+            }
+        }
+    }
+
+    /// Removes a live waiter (its wait ended, its connection left); a key
+    /// left idle is forgotten.
+    pub fn remove_waiter(&mut self, wid: WaiterId) -> Option<Waiter> {
+        let w = self.take_waiter(wid)?;
+        if let Some(ks) = self.keys.get_mut(&w.key) {
+            // Compact when dead entries dominate, so a long-held key with
+            // many timed-out waiters does not grow its queue without bound.
+            if ks.queue.len() > 2 * ks.live + 32 {
+                let waiters = &self.waiters;
+                ks.queue.retain(|id| waiters.contains_key(id));
+            }
+        }
+        self.remove_if_idle(&w.key);
+        Some(w)
+    }
+
+    /// Removes every waiter of `conn`, in no particular order.
+    pub fn remove_conn_waiters(&mut self, conn: ConnId) -> Vec<Waiter> {
+        let ids = self.by_conn.remove(&conn).unwrap_or_default();
+        ids.into_iter().filter_map(|wid| self.remove_waiter(wid)).collect()
+    }
+
+    /// Forgets `key` if nothing refers to it any more.
+    pub fn remove_if_idle(&mut self, key: &Key) {
+        if self.keys.get(key).is_some_and(KeyState::is_idle) {
+            self.keys.remove(key);
+        }
+    }
+
+    /// Empties the projection (a leadership change); returns the waiters it held.
+    pub fn clear(&mut self) -> Vec<Waiter> {
+        let waiters = self.waiters.drain().map(|(_, w)| w).collect();
+        self.keys.clear();
+        self.by_conn.clear();
+        self.held = 0;
+        self.total_waiters = 0;
+        waiters
+    }
+
+    /// The read-only view of `key` for `/locks/<key>` (a grant still being
+    /// committed shows no holder).
+    pub fn lock_info(&self, key: &Key, now: Instant) -> LockInfo {
+        let Some(ks) = self.keys.get(key) else { return LockInfo::default() };
+        let holder = ks.holder.as_ref().and_then(|h| {
+            Some(HolderInfo {
+                owner: h.owner.clone(),
+                token: h.token?,
+                remaining_ms: u64::try_from(h.deadline?.saturating_duration_since(now).as_millis()).unwrap_or(u64::MAX),
+            })
+        });
+        LockInfo { holder, waiters: ks.live }
+    }
+
+    /// Checks every counter against a recount (tests).
+    #[cfg(test)]
+    pub fn check(&self) {
+        assert_eq!(self.held, self.keys.values().filter(|k| k.holder.is_some()).count(), "held");
+        assert_eq!(self.total_waiters, self.waiters.len(), "total_waiters");
+        assert_eq!(self.total_waiters, self.keys.values().map(|k| k.live).sum::<usize>(), "live");
+        assert_eq!(self.total_waiters, self.by_conn.values().map(HashSet::len).sum::<usize>(), "by_conn");
+        for (key, ks) in &self.keys {
+            let live = ks.queue.iter().filter(|id| self.waiters.get(id).is_some_and(|w| w.key == *key)).count();
+            assert_eq!(live, ks.live, "live of {key}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn k(s: &str) -> Key {
+        Key::new(s.to_owned()).unwrap()
+    }
+    fn o(s: &str) -> Owner {
+        Owner::new(s.to_owned()).unwrap()
+    }
+    fn waiter(conn: u64, id: u64, key: &str, at: Instant) -> Waiter {
+        Waiter {
+            conn: ConnId(conn),
+            id: RequestId(id),
+            key: k(key),
+            owner: o("w"),
+            lease: 5,
+            read_at: at,
+            wait_until: at + Duration::from_secs(10),
+        }
+    }
+
+    #[test]
+    fn fifo_order_and_counts() {
+        let now = Instant::now();
+        let mut p = Projection::new();
+        for id in 1..=3 {
+            p.enqueue(waiter(1, id, "a", now));
+        }
+        p.enqueue(waiter(2, 9, "b", now));
+        assert_eq!((p.waiters(), p.queued(&k("a")), p.queued(&k("b"))), (4, 3, 1));
+        assert_eq!(p.pop_head(&k("a")).map(|w| w.id), Some(RequestId(1)));
+        let back = p.pop_head(&k("a")).unwrap();
+        p.requeue_front(back);
+        assert_eq!(p.pop_head(&k("a")).map(|w| w.id), Some(RequestId(2)));
+        assert_eq!(p.pop_head(&k("a")).map(|w| w.id), Some(RequestId(3)));
+        assert!(p.pop_head(&k("a")).is_none());
+        p.check();
+        assert_eq!(p.waiters(), 1);
+    }
+
+    #[test]
+    fn removed_waiters_are_skipped_and_idle_keys_forgotten() {
+        let now = Instant::now();
+        let mut p = Projection::new();
+        let w1 = p.enqueue(waiter(1, 1, "a", now));
+        p.enqueue(waiter(2, 2, "a", now));
+        assert_eq!(p.remove_waiter(w1).map(|w| w.id), Some(RequestId(1)));
+        assert!(p.remove_waiter(w1).is_none(), "a waiter is removed once");
+        assert_eq!(p.remove_conn_waiters(ConnId(2)).len(), 1);
+        p.check();
+        assert_eq!(p.lock_info(&k("a"), now), LockInfo::default());
+        assert!(p.keys.is_empty(), "idle key kept");
+    }
+
+    #[test]
+    fn holder_counts_and_lock_info() {
+        let now = Instant::now();
+        let mut p = Projection::new();
+        let gen = p.new_gen();
+        p.set_holder(&k("a"), Some(Holding { owner: o("x"), token: None, deadline: None, gen }));
+        assert_eq!(p.held(), 1);
+        assert!(p.lock_info(&k("a"), now).holder.is_none(), "a grant in flight is not shown");
+        let t = Token::new(7).unwrap();
+        let h = p.committed(o("x"), t, 3, now);
+        p.set_holder(&k("a"), Some(h));
+        assert_eq!(p.held(), 1, "replacing a holder keeps the count");
+        let info = p.lock_info(&k("a"), now + Duration::from_secs(1));
+        assert_eq!(info.holder, Some(HolderInfo { owner: o("x"), token: t, remaining_ms: 2000 }));
+        p.set_holder(&k("a"), None);
+        p.set_holder(&k("zzz"), None);
+        assert_eq!(p.held(), 0);
+        p.check();
+    }
+
+    #[test]
+    fn many_timed_out_waiters_are_compacted() {
+        let now = Instant::now();
+        let mut p = Projection::new();
+        let ids: Vec<_> = (0..200).map(|i| p.enqueue(waiter(1, i, "a", now))).collect();
+        for wid in &ids[..190] {
+            p.remove_waiter(*wid);
+        }
+        assert!(p.keys[&k("a")].queue.len() <= 2 * 10 + 32 + 1, "queue not compacted");
+        p.check();
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Enqueue { conn: u64, key: u8 },
+        Requeue { conn: u64, key: u8 },
+        PopHead { key: u8 },
+        Remove { nth: usize },
+        LeaveConn { conn: u64 },
+        Hold { key: u8 },
+        Free { key: u8 },
+        Busy { key: u8, busy: bool },
+        Clear,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0..4u64, 0..4u8).prop_map(|(conn, key)| Op::Enqueue { conn, key }),
+            1 => (0..4u64, 0..4u8).prop_map(|(conn, key)| Op::Requeue { conn, key }),
+            2 => (0..4u8).prop_map(|key| Op::PopHead { key }),
+            2 => (0..64usize).prop_map(|nth| Op::Remove { nth }),
+            1 => (0..4u64).prop_map(|conn| Op::LeaveConn { conn }),
+            2 => (0..4u8).prop_map(|key| Op::Hold { key }),
+            2 => (0..4u8).prop_map(|key| Op::Free { key }),
+            1 => (0..4u8, any::<bool>()).prop_map(|(key, busy)| Op::Busy { key, busy }),
+            1 => Just(Op::Clear),
+        ]
+    }
+
+    proptest! {
+        /// Whatever the sequence, the counters match a recount and FIFO order holds.
+        #[test]
+        fn counters_stay_in_step(ops in proptest::collection::vec(op(), 1..200)) {
+            let now = Instant::now();
+            let mut p = Projection::new();
+            let mut ids = Vec::new();
+            let mut next_req = 0u64;
+            for op in ops {
+                let key = |n: u8| k(&format!("k{n}"));
+                match op {
+                    Op::Enqueue { conn, key: n } => {
+                        next_req += 1;
+                        let mut w = waiter(conn, next_req, "x", now);
+                        w.key = key(n);
+                        ids.push(p.enqueue(w));
+                    }
+                    Op::Requeue { conn, key: n } => {
+                        next_req += 1;
+                        let mut w = waiter(conn, next_req, "x", now);
+                        w.key = key(n);
+                        let wid = p.requeue_front(w);
+                        prop_assert_eq!(p.keys[&key(n)].queue.front(), Some(&wid));
+                        ids.push(wid);
+                    }
+                    Op::PopHead { key: n } => {
+                        let before: Vec<_> = p.keys.get(&key(n)).map(|ks| ks.queue.iter()
+                            .filter_map(|id| p.waiters.get(id).map(|w| w.id)).collect()).unwrap_or_default();
+                        let got = p.pop_head(&key(n)).map(|w| w.id);
+                        prop_assert_eq!(got, before.first().copied());
+                    }
+                    Op::Remove { nth } => {
+                        if let Some(wid) = ids.get(nth % ids.len().max(1)).copied() {
+                            p.remove_waiter(wid);
+                        }
+                    }
+                    Op::LeaveConn { conn } => {
+                        let gone = p.remove_conn_waiters(ConnId(conn));
+                        prop_assert!(gone.iter().all(|w| w.conn == ConnId(conn)));
+                    }
+                    Op::Hold { key: n } => {
+                        let gen = p.new_gen();
+                        p.set_holder(&key(n), Some(Holding { owner: o("h"), token: None, deadline: None, gen }));
+                    }
+                    Op::Free { key: n } => {
+                        p.set_holder(&key(n), None);
+                        p.remove_if_idle(&key(n));
+                    }
+                    Op::Busy { key: n, busy } => p.set_busy(&key(n), busy),
+                    Op::Clear => {
+                        let n = p.waiters();
+                        prop_assert_eq!(p.clear().len(), n);
+                    }
+                }
+                p.check();
+            }
+        }
+    }
+}

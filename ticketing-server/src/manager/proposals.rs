@@ -1,0 +1,227 @@
+//! Proposals: what a key needs proposed next (one in flight per key), and
+//! routing each committed effect — or a failure — back to the connections.
+
+use super::projection::{Holding, Waiter};
+use super::task::Manager;
+use super::ConnId;
+use super::Delivery;
+use crate::locks::{Applied, Command, NextHolder};
+use crate::replication::ProposeError;
+use std::time::{SystemTime, UNIX_EPOCH};
+use ticketing_proto::{ErrorCode, Key, RequestId, ServerFrame, Token};
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+/// What a proposal was for, so its outcome can be routed.
+#[derive(Debug)]
+pub(super) enum Intent {
+    Grant(Waiter),
+    Release { conn: ConnId, id: RequestId, next: Option<Waiter> },
+    Expire { next: Option<Waiter> },
+}
+
+/// A finished proposal, reported back to the manager task.
+#[derive(Debug)]
+pub(super) struct Done {
+    key: Key,
+    epoch: Option<u64>,
+    intent: Intent,
+    result: Result<Applied, ProposeError>,
+}
+
+fn wall_micros() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)).unwrap_or(0)
+}
+
+fn next_holder(next: &Option<Waiter>) -> Option<NextHolder> {
+    next.as_ref().map(|w| NextHolder { owner: w.owner.clone(), lease_s: w.lease })
+}
+
+impl Manager {
+    fn propose(&mut self, cmd: Command, intent: Intent) {
+        let key = cmd.key().clone();
+        self.proj.set_busy(&key, true);
+        self.in_flight += 1;
+        let fut = self.replicator.propose(cmd);
+        let tx = self.done_tx.clone();
+        let epoch = self.epoch;
+        tokio::spawn(async move {
+            let result = fut.await;
+            let _ = tx.send(Done { key, epoch, intent, result });
+        });
+    }
+
+    /// The frame for a failed proposal.
+    fn error_frame(&self, e: &ProposeError) -> ServerFrame {
+        match e {
+            ProposeError::NotLeader(leader) => self.redirect_frame(leader.as_ref()),
+            ProposeError::Unknown => ServerFrame::error(ErrorCode::NoLeader),
+            ProposeError::Shutdown => ServerFrame::error(ErrorCode::ShuttingDown),
+        }
+    }
+
+    /// Re-reads one key's holder from the applied state (after a surprise or
+    /// an error); a holder found there gets a full-length lease from now.
+    fn resync_key(&mut self, key: &Key) {
+        let holding = self
+            .replicator
+            .applied_holder(key)
+            .map(|h| self.proj.committed(h.owner, h.token, h.lease_s, Instant::now()));
+        self.hold(key, holding);
+    }
+
+    /// Proposes a grant of a free key to `w` (the key counts as held meanwhile).
+    pub(super) fn grant(&mut self, w: Waiter) {
+        let gen = self.proj.new_gen();
+        self.hold(&w.key, Some(Holding { owner: w.owner.clone(), token: None, deadline: None, gen }));
+        let cmd =
+            Command::Grant { key: w.key.clone(), owner: w.owner.clone(), lease_s: w.lease, micros: wall_micros() };
+        self.propose(cmd, Intent::Grant(w));
+    }
+
+    /// Starts the next proposal the key needs, if none is in flight: a due
+    /// expiry first, then the oldest waiting release, then a grant of a free
+    /// key to its queue head.
+    pub(super) fn pump(&mut self, key: &Key) {
+        if self.proj.is_busy(key) {
+            return;
+        }
+        let now = Instant::now();
+        if let Some(Holding { owner, token: Some(token), deadline: Some(deadline), .. }) = self.proj.holder(key) {
+            if *deadline <= now {
+                let (owner, token) = (owner.clone(), *token);
+                let next = self.proj.pop_head(key);
+                let cmd =
+                    Command::Expire { key: key.clone(), owner, token, next: next_holder(&next), micros: wall_micros() };
+                self.propose(cmd, Intent::Expire { next });
+                return;
+            }
+        }
+        if let Some(r) = self.proj.pop_release(key) {
+            let matches = self.proj.holder(key).is_some_and(|h| h.owner == r.owner && h.token == Some(r.token));
+            let next = if matches { self.proj.pop_head(key) } else { None };
+            let cmd = Command::Release {
+                key: key.clone(),
+                owner: r.owner,
+                token: r.token,
+                next: next_holder(&next),
+                micros: wall_micros(),
+            };
+            self.propose(cmd, Intent::Release { conn: r.conn, id: r.id, next });
+            return;
+        }
+        if self.proj.holder(key).is_none() {
+            while let Some(head) = self.proj.pop_head(key) {
+                // The held-keys cap was checked when this waiter arrived;
+                // other keys may have filled the server since
+                // (docs/deployment.md, "Limits": B).
+                if self.proj.held() >= self.limits.max_held_keys {
+                    self.refuse_busy(head.conn, head.id, key.clone());
+                    continue;
+                }
+                self.grant(head);
+                return;
+            }
+        }
+        self.proj.remove_if_idle(key);
+    }
+
+    fn granted(&mut self, w: Waiter, token: Token) {
+        let now = Instant::now();
+        let holding = self.proj.committed(w.owner.clone(), token, w.lease, now);
+        self.hold(&w.key, Some(holding));
+        let waited = now.saturating_duration_since(w.read_at);
+        let waited_ms = u32::try_from(waited.as_millis()).unwrap_or(u32::MAX);
+        self.metrics.observe_grant(waited_ms);
+        let frame = ServerFrame::Granted { id: w.id, key: w.key.clone(), owner: w.owner, token, waited_ms };
+        self.reply(w.conn, w.id, frame);
+    }
+
+    /// After a committed release/expiry: the key goes to `next` (with the
+    /// handed-over token) or becomes free.
+    fn handed_over(&mut self, key: &Key, next: Option<Waiter>, token: Option<Token>) {
+        match (next, token) {
+            (Some(w), Some(t)) => self.granted(w, t),
+            (next, _) => {
+                self.hold(key, None);
+                if let Some(w) = next {
+                    // The state machine could not issue a token (counter exhausted).
+                    warn!(key = %key, "hand-over without a token");
+                    self.put_back(w);
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_done(&mut self, done: Done) {
+        self.in_flight -= 1;
+        let Done { key, epoch, intent, result } = done;
+        if epoch != self.epoch || epoch.is_none() {
+            // A proposal of an earlier term: its connections were closed and
+            // the projection rebuilt since.
+            return;
+        }
+        self.proj.set_busy(&key, false);
+        match (intent, result) {
+            (Intent::Grant(w), Ok(Applied::Granted(token))) => self.granted(w, token),
+            (Intent::Grant(w), Ok(other)) => {
+                debug!(key = %key, ?other, "grant found the key held; resyncing");
+                self.resync_key(&key);
+                if w.wait_until > w.read_at {
+                    self.put_back(w);
+                } else {
+                    self.time_out(w);
+                }
+            }
+            (Intent::Release { conn, id, next }, Ok(Applied::Released { handed_over })) => {
+                self.metrics.releases_released.inc();
+                self.reply(conn, id, ServerFrame::Released { id, key: key.clone() });
+                self.handed_over(&key, next, handed_over);
+            }
+            (Intent::Release { conn, id, next }, Ok(other)) => {
+                self.metrics.releases_not_holder.inc();
+                self.reply(conn, id, ServerFrame::NotHolder { id, key: key.clone() });
+                if next.is_some() || !matches!(other, Applied::NotHolder) {
+                    // The projection said it matched, the state machine disagreed.
+                    self.resync_key(&key);
+                }
+                if let Some(w) = next {
+                    self.put_back(w);
+                }
+            }
+            (Intent::Expire { next }, Ok(Applied::Expired { handed_over })) => {
+                self.metrics.expiries.inc();
+                self.handed_over(&key, next, handed_over);
+            }
+            (Intent::Expire { next }, Ok(other)) => {
+                debug!(key = %key, ?other, "expiry did not match; resyncing");
+                self.resync_key(&key);
+                if let Some(w) = next {
+                    self.put_back(w);
+                }
+            }
+            (intent, Err(e)) => {
+                self.metrics.proposal_errors.inc();
+                warn!(key = %key, error = ?e, "proposal failed");
+                let frame = self.error_frame(&e);
+                let fatal = |m: &mut Manager, conn| m.send(conn, Delivery::Fatal(frame.clone()));
+                match intent {
+                    Intent::Grant(w) => fatal(self, w.conn),
+                    Intent::Release { conn, next, .. } => {
+                        fatal(self, conn);
+                        if let Some(w) = next {
+                            fatal(self, w.conn);
+                        }
+                    }
+                    Intent::Expire { next } => {
+                        if let Some(w) = next {
+                            fatal(self, w.conn);
+                        }
+                    }
+                }
+                self.resync_key(&key);
+            }
+        }
+        self.pump(&key);
+    }
+}
