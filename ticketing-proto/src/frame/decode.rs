@@ -39,6 +39,19 @@ fn split_fields(line: &[u8]) -> Result<Vec<&[u8]>, FrameError> {
     }
 }
 
+/// One line's fields and the bytes the line used, LF included.
+pub type LineFields<'a> = (Vec<&'a [u8]>, usize);
+
+/// The first complete line of `buf` split into its fields, and the bytes it
+/// used (LF included): the line rules of docs/protocol.md §2 (at most
+/// [`MAX_FRAME`] bytes, visible-ASCII fields separated by single spaces)
+/// without any frame grammar. `Ok(None)` while the line is incomplete. For
+/// line-based exchanges that are not client frames, e.g. the peer handshake.
+pub fn line_fields(buf: &[u8]) -> Result<Option<LineFields<'_>>, FrameError> {
+    let Some(n) = find_line(buf)? else { return Ok(None) };
+    Ok(Some((split_fields(&buf[..n])?, n + 1)))
+}
+
 /// A decimal without sign or leading zeros that fits a u64.
 fn parse_u64(field: &[u8]) -> Result<u64, FrameError> {
     if field.is_empty() || field.len() > 20 || !field.iter().all(u8::is_ascii_digit) {

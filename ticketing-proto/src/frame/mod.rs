@@ -18,7 +18,7 @@ mod tests;
 pub use crate::field::{Addr, FieldError, Hex32, Key, Owner, RequestId, Role, Token};
 pub use crate::limits::{MAX_FRAME, MAX_LEASE, MAX_WAIT, MIN_LEASE, TOKEN_LIMIT};
 pub use code::ErrorCode;
-pub use decode::{decode_client, decode_server, parse_client_line, parse_server_line};
+pub use decode::{decode_client, decode_server, line_fields, parse_client_line, parse_server_line, LineFields};
 
 use std::fmt;
 

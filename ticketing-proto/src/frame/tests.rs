@@ -256,3 +256,14 @@ mod props {
         }
     }
 }
+
+#[test]
+fn line_fields_splits_one_line_by_the_line_rules() {
+    let (f, used) = line_fields(b"OK - 42 ab\nnext").unwrap().unwrap();
+    assert_eq!(f, vec![&b"OK"[..], b"-", b"42", b"ab"]);
+    assert_eq!(used, 11);
+    assert_eq!(line_fields(b"OK 1").unwrap(), None, "incomplete");
+    assert!(matches!(line_fields(b"OK  1\n"), Err(FrameError::BadFrame(_))), "double space");
+    assert!(matches!(line_fields(b"OK 1\r\n"), Err(FrameError::BadFrame(_))), "CR");
+    assert_eq!(line_fields(&[b'x'; MAX_FRAME]), Err(FrameError::TooLarge));
+}

@@ -20,7 +20,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::time::Duration;
 use ticketing_proto::auth::{self, Label};
-use ticketing_proto::frame::decode_client;
+use ticketing_proto::frame::{decode_client, line_fields};
 use ticketing_proto::limits::MAX_FRAME;
 use ticketing_proto::{ClientFrame, Hex32};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -238,17 +238,15 @@ async fn read_raw_line<R: AsyncBufRead + Unpin>(r: &mut R) -> Result<Vec<u8>, Wi
     Ok(line)
 }
 
-/// Reads one handshake line as text, without its LF.
-// TODO(lead): the greeting, `OK` and `E` lines of the peer handshake are
-// split here at single spaces; proto's `frame::find_line` + `split_fields`
-// (private) do exactly this for the client port. A public
-// `ticketing_proto::frame::line_fields(buf: &[u8]) -> Result<Option<(Vec<&[u8]>, usize)>, FrameError>`
-// (the first complete line of at most MAX_FRAME bytes, split into visible-ASCII
-// fields, and the bytes it used) would let this file drop its own splitting.
-async fn read_line<R: AsyncBufRead + Unpin>(r: &mut R) -> Result<String, WireError> {
-    let mut line = read_raw_line(r).await?;
-    line.pop();
-    String::from_utf8(line).map_err(|_| WireError::Protocol("handshake line is not ASCII".into()))
+/// Reads one handshake line as its fields (the client port's line rules:
+/// `ticketing_proto::frame::line_fields`).
+async fn read_fields<R: AsyncBufRead + Unpin>(r: &mut R) -> Result<Vec<String>, WireError> {
+    let line = read_raw_line(r).await?;
+    match line_fields(&line) {
+        // Fields are visible ASCII: the lossy conversion never loses anything.
+        Ok(Some((fields, _))) => Ok(fields.iter().map(|f| String::from_utf8_lossy(f).into_owned()).collect()),
+        _ => Err(WireError::Protocol(format!("malformed handshake line {:?}", String::from_utf8_lossy(&line)))),
+    }
 }
 
 fn domain_text(d: Option<DomainId>) -> String {
@@ -305,17 +303,18 @@ where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let greeting = read_line(r).await?;
-    let snonce = match greeting.strip_prefix("TICKETING-PEER 1 ").map(|s| Hex32::parse(s.as_bytes())) {
-        Some(Ok(n)) => n,
-        _ => return Err(WireError::Protocol(format!("bad peer greeting {greeting:?}"))),
-    };
+    let greeting = read_fields(r).await?;
+    let snonce = match greeting.as_slice() {
+        [magic, version, n] if magic == "TICKETING-PEER" && version == "1" => Hex32::parse(n.as_bytes()).ok(),
+        _ => None,
+    }
+    .ok_or_else(|| WireError::Protocol(format!("bad peer greeting {greeting:?}")))?;
     let cnonce = auth::nonce(&mut rand_core::OsRng);
     let cmac = auth::mac(token, Label::PeerClient, &snonce, &cnonce);
     w.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), cmac.to_hex_string()).as_bytes()).await?;
     w.flush().await?;
-    let answer = read_line(r).await?;
-    let parts: Vec<&str> = answer.split(' ').collect();
+    let answer = read_fields(r).await?;
+    let parts: Vec<&str> = answer.iter().map(String::as_str).collect();
     match parts.as_slice() {
         ["OK", domain, id, smac] => {
             let domain = match *domain {
