@@ -41,28 +41,63 @@ if [ -z "${TICKETING_SERVER_BIN:-}" ] || [ -z "${TICKET_SALE_RUST_SELLER:-}" ]; 
     export TICKET_SALE_RUST_SELLER=${TICKET_SALE_RUST_SELLER:-$TARGET/debug/ticket-sale-seller}
 fi
 
-# Ruby: the gem into a private GEM_HOME (from bindings-ruby/pkg if built), sqlite3/pg from Debian.
-if command -v ruby >/dev/null; then
-    ruby -e 'require "sqlite3"; require "pg"' 2>/dev/null || apt_get ruby-sqlite3 ruby-pg || true
-    export GEM_HOME="$TARGET/examples-gems" GEM_PATH="$TARGET/examples-gems:$(ruby -e 'print Gem.default_path.join(":")')"
-    gem=$(ls -t "$ROOT"/bindings-ruby/pkg/ticketing-*.gem 2>/dev/null | head -n 1)
-    if [ -n "$gem" ] && ! ruby -e 'require "ticketing"' 2>/dev/null; then
-        gem install --local --no-document "$gem" >"$LOGS/gem-install.log" 2>&1 || fail "gem install $gem" "$LOGS/gem-install.log"
+# Ruby: the gem (bindings-ruby/pkg, built with `rake gem` if missing) installed into a private
+# GEM_HOME, reinstalled when the .gem changes; sqlite3/pg from Debian.
+if command -v ruby >/dev/null && [ -d "$ROOT/bindings-ruby" ]; then
+    ruby -e 'require "sqlite3"; require "pg"' 2>/dev/null || apt_get ruby-sqlite3 ruby-pg \
+        || echo "examples: apt-get install ruby-sqlite3 ruby-pg failed"
+    export GEM_HOME="$TARGET/examples-gems"
+    GEM_PATH="$GEM_HOME:$(env -u GEM_HOME -u GEM_PATH ruby -e 'print Gem.default_path.join(":")')"
+    export GEM_PATH
+    version=$(ruby -e 'load ARGV[0]; print Ticketing::VERSION' "$ROOT/bindings-ruby/lib/ticketing/version.rb" 2>/dev/null)
+    gem="$ROOT/bindings-ruby/pkg/ticketing-$version.gem"
+    if [ ! -f "$gem" ] && command -v rake >/dev/null; then
+        echo "== rake gem (bindings-ruby)"
+        (cd "$ROOT/bindings-ruby" && rake gem) >"$LOGS/rake-gem.log" 2>&1 || fail "rake gem" "$LOGS/rake-gem.log"
+    fi
+    if [ -f "$gem" ]; then
+        sum=$(sha256sum "$gem" | cut -c1-64)
+        if [ "$(cat "$GEM_HOME/.installed" 2>/dev/null)" != "$sum" ] || ! ruby -e 'require "ticketing"' 2>/dev/null; then
+            echo "== gem install --local $gem (GEM_HOME=$GEM_HOME)"
+            mkdir -p "$GEM_HOME"
+            if (cd "$GEM_HOME" && CARGO_TARGET_DIR="${TICKETING_GEM_TARGET_DIR:-$TARGET/ruby-gem}" \
+                    gem install --local --no-document "$gem") >"$LOGS/gem-install.log" 2>&1; then
+                echo "$sum" >"$GEM_HOME/.installed"
+            else
+                fail "gem install $gem" "$LOGS/gem-install.log"
+            fi
+        fi
     fi
 fi
-# Node: better-sqlite3@12 and pg from npm, the package from bindings-node's npm pack, in a private dir.
-if command -v node >/dev/null && command -v npm >/dev/null; then
+# Node: the package (npm pack of bindings-node, built first if its native module is missing),
+# better-sqlite3@12 and pg, installed into a private project found through NODE_PATH.
+if command -v node >/dev/null && command -v npm >/dev/null && [ -d "$ROOT/bindings-node" ]; then
     NODEDIR="$TARGET/examples-node"
-    mkdir -p "$NODEDIR"
+    mkdir -p "$NODEDIR/pack"
     export NODE_PATH="$NODEDIR/node_modules"
-    tgz=$(ls -t "$ROOT"/bindings-node/ticketing-*.tgz 2>/dev/null | head -n 1)
-    if [ -n "$tgz" ]; then
-        if ! (cd "$NODEDIR" && node -e "require('ticketing'); require('better-sqlite3'); require('pg')") 2>/dev/null; then
+    # better-sqlite3 builds from source when no prebuilt binary can be fetched: headers of the local node.
+    [ -f /usr/include/node/node.h ] && export npm_config_nodedir=/usr
+    if [ ! -f "$ROOT/bindings-node/ticketing.node" ]; then
+        echo "== npm ci && npm run build:debug (bindings-node)"
+        (cd "$ROOT/bindings-node" && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build:debug) \
+            >"$LOGS/node-build.log" 2>&1 || fail "bindings-node build" "$LOGS/node-build.log"
+    fi
+    if [ -f "$ROOT/bindings-node/ticketing.node" ]; then
+        rm -f "$NODEDIR"/pack/*.tgz
+        tgz=$(cd "$ROOT/bindings-node" && npm pack --silent --pack-destination "$NODEDIR/pack" 2>>"$LOGS/npm-pack.log" | tail -n 1)
+        sum=$(sha256sum "$NODEDIR/pack/$tgz" 2>/dev/null | cut -c1-64)
+        if [ -z "$sum" ]; then
+            fail "npm pack (bindings-node)" "$LOGS/npm-pack.log"
+        elif [ "$(cat "$NODEDIR/.installed" 2>/dev/null)" != "$sum" ] || \
+             ! (cd "$NODEDIR" && node -e "require('ticketing'); require('better-sqlite3'); require('pg')") 2>/dev/null; then
+            echo "== npm install $tgz better-sqlite3@12 pg (in $NODEDIR)"
             [ -f "$NODEDIR/package.json" ] || echo '{"private": true}' >"$NODEDIR/package.json"
-            # better-sqlite3 builds from source when no prebuilt binary can be fetched: headers from the local node.
-            [ -d /usr/include/node ] && export npm_config_nodedir=/usr
-            (cd "$NODEDIR" && npm install --no-audit --no-fund better-sqlite3@12 pg "$tgz") \
-                >"$LOGS/npm-install.log" 2>&1 || fail "npm install (node seller deps)" "$LOGS/npm-install.log"
+            if (cd "$NODEDIR" && npm install --no-audit --no-fund --loglevel=error better-sqlite3@12 pg "./pack/$tgz") \
+                    >"$LOGS/npm-install.log" 2>&1; then
+                echo "$sum" >"$NODEDIR/.installed"
+            else
+                fail "npm install (node seller deps)" "$LOGS/npm-install.log"
+            fi
         fi
     fi
 fi
@@ -94,7 +129,14 @@ EOF
 )
 echo "== languages available: ${langs:-none}"
 for lang in ruby node; do
-    case ",$langs," in *",$lang,"*) ;; *) echo "SKIP $lang seller: its package is not installed here";; esac
+    case ",$langs," in
+        *",$lang,"*) ;;
+        *) if [ -d "$ROOT/bindings-$lang" ]; then
+               fail "$lang seller unavailable although bindings-$lang is here (see the install logs in $LOGS)"
+           else
+               echo "SKIP $lang seller: no bindings-$lang in this checkout"
+           fi;;
+    esac
 done
 
 # demo_case NAME EXPECT_RC CHECK DEMO_ARGS...: runs the demo; CHECK is an awk condition on the
