@@ -29,9 +29,9 @@ HINTS = {
 }
 
 
-def _ok(argv: List[str], cwd: Optional[str] = None) -> Tuple[bool, str]:
+def _ok(argv: List[str], cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None) -> Tuple[bool, str]:
     try:
-        r = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=60)
+        r = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, str(e)
     msg = (r.stderr or r.stdout).strip().splitlines()
@@ -44,54 +44,56 @@ class Languages:
         self.pg = pg
         self.log = log
         self.target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target")
+        # Release builds if there are any (the README's `cargo build --release`), else the
+        # debug builds `scripts/test` leaves behind, else release.
+        have_release = os.path.exists(os.path.join(self.target, "release", "ticketing-server"))
+        have_debug = os.path.exists(os.path.join(self.target, "debug", "ticketing-server"))
+        self.profile = "debug" if have_debug and not have_release else "release"
         self.python = os.environ.get("TICKET_SALE_PYTHON") or sys.executable
         self.node_dir = os.path.join(HERE, "node")
+        # What the sellers' environment adds (GEM_HOME, NODE_PATH) when found in the fallbacks.
+        self.env: Dict[str, str] = dict(os.environ)
         self._server: Optional[str] = None
         self._rust: Optional[str] = None
         self.built = False
 
     # -- the Rust parts: the server and the Rust seller ------------------------------------
-    def _cargo_build(self, with_seller: bool) -> None:
-        if self.built:
-            return
-        self.built = True
+    def _cargo_build(self, pkgs: List[str]) -> bool:
         if not shutil.which("cargo"):
-            return
-        pkgs = ["-p", "ticketing-server"] + (["-p", "ticket-sale"] if with_seller else [])
-        self.log("cargo build --release " + " ".join(pkgs) + " (the first time takes a few minutes)")
-        r = subprocess.run(["cargo", "build", "--release", "-q"] + pkgs, cwd=ROOT)
-        if r.returncode != 0:
-            raise RuntimeError("cargo build failed")
+            return False
+        flags = ["--release"] if self.profile == "release" else []
+        args = " ".join(flags + [f"-p {p}" for p in pkgs])
+        self.log(f"cargo build {args} (the first time takes a few minutes)")
+        argv = ["cargo", "build", "-q"] + flags + [x for p in pkgs for x in ("-p", p)]
+        return subprocess.run(argv, cwd=ROOT).returncode == 0
+
+    def _built(self, name: str) -> str:
+        return os.path.join(self.target, self.profile, name)
 
     def server_bin(self) -> str:
         if self._server:
             return self._server
-        env = os.environ.get("TICKETING_SERVER_BIN")
-        if env:
-            path = env
-        else:
-            self._cargo_build(with_seller=False)
-            path = os.path.join(self.target, "release", "ticketing-server")
+        path = os.environ.get("TICKETING_SERVER_BIN")
+        if not path:
+            if not self.built:
+                self.built = True
+                self._cargo_build(["ticketing-server"])
+            path = self._built("ticketing-server")
         if not os.access(path, os.X_OK):
             raise SystemExit(f"demo: no ticketing-server at {path} (set TICKETING_SERVER_BIN or install cargo)")
         self._server = path
         return path
 
     def _rust_seller(self) -> Tuple[bool, str]:
-        env = os.environ.get("TICKET_SALE_RUST_SELLER")
-        if env:
-            path = env
-        else:
+        path = os.environ.get("TICKET_SALE_RUST_SELLER")
+        if not path:
             if not shutil.which("cargo"):
                 return False, "cargo not found"
-            need_server = not os.environ.get("TICKETING_SERVER_BIN")
-            if need_server:
-                self._cargo_build(with_seller=True)
-            else:
-                self.log("cargo build --release -p ticket-sale")
-                if subprocess.run(["cargo", "build", "--release", "-q", "-p", "ticket-sale"], cwd=ROOT).returncode:
-                    return False, "cargo build -p ticket-sale failed"
-            path = os.path.join(self.target, "release", "ticket-sale-seller")
+            pkgs = ["ticket-sale"] + ([] if os.environ.get("TICKETING_SERVER_BIN") else ["ticketing-server"])
+            self.built = True
+            if not self._cargo_build(pkgs):
+                return False, "cargo build failed"
+            path = self._built("ticket-sale-seller")
         if not os.access(path, os.X_OK):
             return False, f"no seller binary at {path}"
         self._rust = path
@@ -102,19 +104,55 @@ class Languages:
         if lang == "rust":
             return self._rust_seller()
         if lang == "python":
-            mods = "import ticketing, sqlite3" + ("\ntry:\n import psycopg\nexcept ImportError:\n import psycopg2"
-                                                   if self.pg else "")
-            return _ok([self.python, "-c", mods])
+            return self._python()
         if lang == "ruby":
-            if not shutil.which("ruby"):
-                return False, "ruby not found"
-            return _ok(["ruby", "-e", "require 'ticketing'; require '" + ("pg" if self.pg else "sqlite3") + "'"])
+            return self._ruby()
         if lang == "node":
-            if not shutil.which("node"):
-                return False, "node not found"
-            return _ok(["node", "-e", "require('ticketing'); require('" + ("pg" if self.pg else "better-sqlite3")
-                        + "')"], cwd=self.node_dir)
+            return self._node()
         return False, "unknown language"
+
+    def _python(self) -> Tuple[bool, str]:
+        mods = "import ticketing, sqlite3" + ("\ntry:\n import psycopg\nexcept ImportError:\n import psycopg2"
+                                               if self.pg else "")
+        ok, why = _ok([self.python, "-c", mods])
+        if ok or os.environ.get("TICKET_SALE_PYTHON"):
+            return ok, why
+        # The README's virtualenv, then the one scripts/test builds.
+        for venv in (os.path.join(ROOT, ".venv"), os.path.join(self.target, "py-venv")):
+            py = os.path.join(venv, "bin", "python")
+            if os.access(py, os.X_OK) and _ok([py, "-c", mods])[0]:
+                self.python = py
+                return True, ""
+        return ok, why
+
+    def _ruby(self) -> Tuple[bool, str]:
+        if not shutil.which("ruby"):
+            return False, "ruby not found"
+        probe = ["ruby", "-e", "require 'ticketing'; require '" + ("pg" if self.pg else "sqlite3") + "'"]
+        ok, why = _ok(probe, env=self.env)
+        gems = os.path.join(self.target, "examples-gems")  # where examples/run-tests.sh installs the gem
+        if ok or "GEM_HOME" in os.environ or not os.path.isdir(gems):
+            return ok, why
+        default = subprocess.run(["ruby", "-e", "print Gem.default_path.join(':')"], capture_output=True, text=True)
+        env = dict(self.env, GEM_HOME=gems, GEM_PATH=gems + ":" + default.stdout)
+        if _ok(probe, env=env)[0]:
+            self.env = env
+            return True, ""
+        return ok, why
+
+    def _node(self) -> Tuple[bool, str]:
+        if not shutil.which("node"):
+            return False, "node not found"
+        probe = ["node", "-e", "require('ticketing'); require('" + ("pg" if self.pg else "better-sqlite3") + "')"]
+        ok, why = _ok(probe, cwd=self.node_dir, env=self.env)
+        mods = os.path.join(self.target, "examples-node", "node_modules")  # examples/run-tests.sh installs there
+        if ok or "NODE_PATH" in os.environ or not os.path.isdir(mods):
+            return ok, why
+        env = dict(self.env, NODE_PATH=mods)
+        if _ok(probe, cwd=self.node_dir, env=env)[0]:
+            self.env = env
+            return True, ""
+        return ok, why
 
     def select(self, requested: Optional[List[str]]) -> List[str]:
         """The languages to run. Requested and unavailable: a clear error."""
