@@ -8,9 +8,12 @@
 # passes the one bindings-python/run-tests.sh built). Uses
 # $TICKETING_SERVER_BIN and $TICKET_SALE_RUST_SELLER if set (scripts/test
 # points them at its debug builds); otherwise the demo builds them.
-# Ruby and Node sellers run when their packages are installed (or their
-# built packages are found in bindings-ruby/pkg and bindings-node); otherwise
-# they are reported as skipped.
+# Ruby and Node: when bindings-ruby / bindings-node are in the checkout, the
+# gem (bindings-ruby/pkg, `rake gem` if missing) and the npm package (`npm
+# pack`, built first if its native module is missing) are installed into
+# target/examples-gems and target/examples-node (reused while unchanged),
+# with sqlite3/pg for each; a language that still cannot run is a failure.
+# Without those directories the language is reported as skipped.
 #
 # Prints PASS/FAIL per case and, last, `examples: N passed, M failed`.
 set -uo pipefail
@@ -51,6 +54,19 @@ if command -v ruby >/dev/null && [ -d "$ROOT/bindings-ruby" ]; then
     export GEM_PATH
     version=$(ruby -e 'load ARGV[0]; print Ticketing::VERSION' "$ROOT/bindings-ruby/lib/ticketing/version.rb" 2>/dev/null)
     gem="$ROOT/bindings-ruby/pkg/ticketing-$version.gem"
+    if [ ! -f "$gem" ] || ! ruby -e 'require "ticketing"' 2>/dev/null; then
+        # What building the gem's extension needs (as bindings-ruby/run-tests.sh installs it).
+        need=()
+        command -v rake >/dev/null || need+=(rake)
+        [ -f "$(ruby -rrbconfig -e 'print RbConfig::CONFIG["rubyhdrdir"]')/ruby.h" ] || need+=(ruby-dev)
+        command -v clang >/dev/null || need+=(clang)
+        ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || ls /usr/lib/*/libclang*.so* >/dev/null 2>&1 \
+            || need+=(libclang-dev)
+        if [ ${#need[@]} -gt 0 ]; then
+            echo "== apt-get install ${need[*]}"
+            root_do apt-get update -qq >/dev/null; apt_get "${need[@]}" || echo "examples: apt-get install ${need[*]} failed"
+        fi
+    fi
     if [ ! -f "$gem" ] && command -v rake >/dev/null; then
         echo "== rake gem (bindings-ruby)"
         (cd "$ROOT/bindings-ruby" && rake gem) >"$LOGS/rake-gem.log" 2>&1 || fail "rake gem" "$LOGS/rake-gem.log"
