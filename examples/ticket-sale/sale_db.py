@@ -82,6 +82,8 @@ class Database:
     def __init__(self, url: str) -> None:
         self.url = url
         self.pg = is_postgres(url)
+        if self.pg and not shutil.which("psql"):
+            raise RuntimeError("PostgreSQL needs the psql client here: apt-get install postgresql-client")
 
     # -- plumbing ------------------------------------------------------------
     def _sqlite(self) -> sqlite3.Connection:
