@@ -2,7 +2,7 @@
 //! callback (asyncio API). Both spawn the future on the client's
 //! process-wide runtime (`ticketing_client::runtime()`, recreated after a
 //! fork), and both cancel by aborting the task, which drops the client
-//! future: the cancel semantics of SPEC §6.3 step 7 live in the client.
+//! future: the cancel semantics of docs/client.md, Acquire step 7 live in the client.
 //!
 //! A cancel returns to Python only after the client future has been
 //! dropped (bounded wait), so once `KeyboardInterrupt` / `CancelledError`
@@ -119,7 +119,7 @@ pub struct Pending {
 #[pymethods]
 impl Pending {
     /// Cancels the operation if it is still running: the client future is
-    /// dropped (the cancel of SPEC §6.3 step 7 for an acquire), then the
+    /// dropped (the cancel of docs/client.md, Acquire step 7 for an acquire), then the
     /// callback is called with ``(False, None)``. After completion: no-op.
     fn cancel(&self) {
         self.abort.abort();

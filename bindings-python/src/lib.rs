@@ -3,7 +3,7 @@
 //! (sync API, context managers) and `ticketing.aio` (asyncio).
 //!
 //! Every method converts types, calls `ticketing_client` and maps its
-//! errors; no rule of SPEC §6 lives here.
+//! errors; no rule of docs/client.md lives here.
 #![forbid(unsafe_code)]
 
 mod bridge;

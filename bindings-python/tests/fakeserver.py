@@ -1,5 +1,5 @@
 """A scripted fake Ticketing server for tests: speaks the line protocol of
-SPEC §3 over loopback TCP, computes the server proof with hmac/hashlib, and
+docs/protocol.md over loopback TCP, computes the server proof with hmac/hashlib, and
 records every frame the client sends."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ AcquirePolicy = Callable[["FakeConn", List[str]], Optional[str]]
 
 
 def mac(token: str, label: str, snonce: str, cnonce: str) -> str:
-    """HMAC-SHA256 of SPEC §3.1 as lowercase hex."""
+    """HMAC-SHA256 of docs/protocol.md §3 as lowercase hex."""
     msg = f"ticketing/1 {label} {snonce} {cnonce}".encode()
     return hmac.new(token.encode(), msg, hashlib.sha256).hexdigest()
 
@@ -58,6 +58,7 @@ class FakeConn:
         self.sock = sock
         self.buf = b""
         self.closed = False
+        self.authed = False
 
     def send(self, line: str) -> None:
         self.sock.sendall(line.encode() + b"\n")
@@ -102,6 +103,7 @@ class FakeConn:
             return
         smac = os.urandom(32).hex() if srv.bad_smac else mac(srv.token, "server", snonce, cnonce)
         self.send(f"OK leader {smac}")
+        self.authed = True
         while not srv.stopping.is_set():
             line = self.readline()
             if line is None:

@@ -32,8 +32,17 @@ def test_exception_hierarchy() -> None:
     assert len({getattr(ticketing, n) for n in ERRORS}) == len(ERRORS)
 
 
-def test_value_error_is_not_a_ticketing_error() -> None:
-    assert not issubclass(ValueError, ticketing.TicketingError)
+def test_bad_arguments_raise_a_plain_value_error_not_a_ticketing_error() -> None:
+    # A caller's `except ticketing.TicketingError` (retry, back off) must not
+    # swallow its own programming errors.
+    broker = ticketing.TicketBroker(["127.0.0.1:9"])
+    try:
+        for args in [("k", 256, 5), ("k", 1, 0), ("k", 1, 5, 6), ("a b", 1, 5), ("k", float("nan"), 5)]:
+            with pytest.raises(ValueError) as info:
+                broker.acquire(*args)
+            assert not isinstance(info.value, ticketing.TicketingError), args
+    finally:
+        broker.close()
 
 
 def _public_members(obj: object) -> list[tuple[str, object]]:

@@ -1,9 +1,11 @@
 """Client behaviour through the binding against scripted fake servers
-(SPEC §6.2-6.4): the binding must surface the client's typed outcomes."""
+(docs/client.md, Response matching to Release lane): the binding must surface the client's typed outcomes."""
 
 from __future__ import annotations
 
 import math
+import socket
+import threading
 import time
 
 import pytest
@@ -169,6 +171,66 @@ def test_no_server_is_unavailable() -> None:
         assert time.monotonic() - t0 < 4
 
 
+class SilentServer:
+    """Accepts TCP connections and never greets: a hung or black-holed node."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.addr = "%s:%d" % self.sock.getsockname()
+        self.accepted: list[socket.socket] = []
+        self._stop = False
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        self.sock.settimeout(0.1)
+        for _ in range(600):  # bounded: at most ~60 s
+            if self._stop:
+                return
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.accepted.append(conn)
+
+    def __enter__(self) -> "SilentServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop = True
+        self._thread.join(2)
+        for c in self.accepted:
+            c.close()
+        self.sock.close()
+
+
+def test_hung_node_costs_an_acquire_its_wait_and_no_more() -> None:
+    with SilentServer() as silent:
+        broker = ticketing.TicketBroker([silent.addr])
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(ticketing.UnavailableError):
+                broker.acquire("k", 1, 10, 0)
+            took = time.monotonic() - t0
+            assert 0.95 <= took < 2.0, took  # wait=1 bounds it, not the 5 s handshake limit
+        finally:
+            broker.close()
+
+
+def test_wait_zero_without_a_ready_connection_is_unavailable_at_once() -> None:
+    with SilentServer() as silent:
+        broker = ticketing.TicketBroker([silent.addr])
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(ticketing.UnavailableError):
+                broker.acquire("k", 0, 10, 0)
+            assert time.monotonic() - t0 < 0.5
+        finally:
+            broker.close()
+
+
 def test_closed_broker_raises_closed() -> None:
     with FakeServer(grant()) as fake:
         broker = connect(fake)
@@ -199,7 +261,7 @@ def test_async_cancel_after_send_closes_that_session() -> None:
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            # possibly sent → the client closes that session (SPEC §6.3 step 7)
+            # possibly sent → the client closes that session (docs/client.md, Acquire step 7)
             assert await asyncio.to_thread(wait_until, lambda: _conn_closed_after(fake, closed_before), 2)
             time.sleep(0.3)
             assert len(fake.sent("A")) == 1, "a cancelled acquire is never resent"
@@ -242,7 +304,7 @@ def test_ctrl_c_after_send_closes_that_session() -> None:
 
 
 def test_one_address_lock_loop_spreads_acquires_over_both_connections() -> None:
-    # SPEC §6.1: one address → two connections, round-robin. The releases of a
+    # docs/client.md, Connections: one address → two connections, round-robin. The releases of a
     # `with lock:` loop must not take every other turn from the acquires
     # (before the fix every acquire went to one connection, every R to the other).
     seen: list[object] = []
@@ -252,6 +314,10 @@ def test_one_address_lock_loop_spreads_acquires_over_both_connections() -> None:
         return f"A {f[1]} {f[2]} {f[3]} 7 0"
 
     with FakeServer(policy) as fake, connect(fake) as broker:
+        # connect() returns at the FIRST ready connection: let the second one
+        # finish its handshake too, so there are two to alternate between.
+        assert wait_until(lambda: sum(c.authed for c in fake.conns) == 2, 5)
+        time.sleep(0.3)  # the client reads the second OK
         for i in range(4):
             with broker.lock(f"k{i}", wait=1, lease=5):
                 pass

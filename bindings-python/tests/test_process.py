@@ -1,4 +1,4 @@
-"""Process life: Ctrl-C during a blocking acquire, fork (SPEC §6.5)."""
+"""Process life: Ctrl-C during a blocking acquire, fork (docs/client.md, Process life)."""
 
 from __future__ import annotations
 

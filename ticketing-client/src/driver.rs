@@ -49,8 +49,9 @@ pub(crate) enum Cmd {
     Status {
         reply: oneshot::Sender<crate::Status>,
     },
-    /// Answered once every slot's first connection attempt has settled (or the broker is closed).
-    WaitSettled {
+    /// Answered once a request could be routed, or every slot's first
+    /// connection attempt has settled (or the broker is closed).
+    WaitUsable {
         reply: oneshot::Sender<()>,
     },
     Close {
@@ -82,7 +83,7 @@ struct Driver {
     by_cid: HashMap<u64, OpId>,
     releases: HashMap<OpId, oneshot::Sender<Result<bool, Failure>>>,
     ready_waiters: Vec<(Instant, oneshot::Sender<bool>)>,
-    settle_waiters: Vec<oneshot::Sender<()>>,
+    usable_waiters: Vec<oneshot::Sender<()>>,
     /// The last transport failure (connect or TLS), for `Status`.
     last_error: Option<String>,
     close_waiters: Vec<oneshot::Sender<()>>,
@@ -101,7 +102,7 @@ pub(crate) async fn run(broker: Broker, tls: Option<Arc<ClientConfig>>, mut cmds
         by_cid: HashMap::new(),
         releases: HashMap::new(),
         ready_waiters: Vec::new(),
-        settle_waiters: Vec::new(),
+        usable_waiters: Vec::new(),
         last_error: None,
         close_waiters: Vec::new(),
         finished: false,
@@ -185,7 +186,7 @@ impl Driver {
                     self.ready_waiters.push((deadline, reply));
                 }
             }
-            Cmd::WaitSettled { reply } => self.settle_waiters.push(reply),
+            Cmd::WaitUsable { reply } => self.usable_waiters.push(reply),
             Cmd::Status { reply } => {
                 let _ = reply.send(crate::Status {
                     ready: self.broker.is_ready(),
@@ -231,13 +232,14 @@ impl Driver {
                 break;
             }
         }
-        if self.broker.is_ready() {
+        let ready = self.broker.is_ready();
+        if ready {
             for (_, w) in self.ready_waiters.drain(..) {
                 let _ = w.send(true);
             }
         }
-        if self.broker.first_attempts_settled() || self.broker.is_closed() {
-            for w in self.settle_waiters.drain(..) {
+        if ready || self.broker.first_attempts_settled() {
+            for w in self.usable_waiters.drain(..) {
                 let _ = w.send(());
             }
         }
@@ -265,7 +267,7 @@ impl Driver {
                 };
                 self.by_cid.remove(&cid);
                 if let Err(Ok(Some(grant))) = reply.send(result) {
-                    // The caller went away between the grant and its delivery (§6.3 step 7).
+                    // The caller went away between the grant and its delivery (docs/client.md, Acquire step 7).
                     self.broker.compensate(Instant::now(), &grant);
                 }
             }
@@ -280,9 +282,10 @@ impl Driver {
             BrokerEvent::SessionEnded { conn, addr, reason } => {
                 debug!(conn = conn.0, %addr, ?reason, "session ended");
                 let why = match reason {
-                    CloseReason::HandshakeTimeout => {
-                        Some("no handshake within 5 s (TLS mismatch? check the tls option on both sides)".to_owned())
-                    }
+                    CloseReason::HandshakeTimeout => Some(format!(
+                        "no handshake within {} s (TLS mismatch? check the tls option on both sides)",
+                        ticketing_proto::limits::HANDSHAKE_TIMEOUT.as_secs()
+                    )),
                     CloseReason::AuthFailed => {
                         Some("authentication failed (wrong token, or the server could not prove it knows it)".into())
                     }

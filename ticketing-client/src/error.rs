@@ -1,4 +1,4 @@
-//! The client's typed errors (SPEC §7).
+//! The client's typed errors (docs/client.md, Rust API).
 
 use std::fmt;
 use ticketing_proto::broker::Failure;
@@ -78,7 +78,7 @@ impl std::error::Error for Error {}
 
 impl From<ParamError> for Error {
     fn from(e: ParamError) -> Self {
-        Error::InvalidArgument(e.0)
+        Error::InvalidArgument(e.to_string())
     }
 }
 
@@ -91,7 +91,7 @@ impl From<Failure> for Error {
             Failure::Unavailable => Error::Unavailable,
             Failure::AuthFailed => Error::AuthFailed,
             Failure::ReleaseUnconfirmed => Error::ReleaseUnconfirmed,
-            _ => Error::Closed,
+            Failure::Closed => Error::Closed,
         }
     }
 }

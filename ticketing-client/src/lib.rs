@@ -2,7 +2,7 @@
 //!
 //! The Rust client of Ticketing, a distributed FIFO lock service with
 //! fencing tokens. It is a tokio driver of the sans-IO core in
-//! `ticketing-proto`, where every client rule of SPEC §6 lives; the Ruby,
+//! `ticketing-proto`, where every client rule of docs/client.md lives; the Ruby,
 //! Python and Node bindings wrap this crate.
 //!
 //! ```no_run
@@ -93,7 +93,7 @@ struct Shared {
 impl Shared {
     fn spawn_driver(config: &BrokerConfig, tls: &Option<Arc<ClientConfig>>) -> Result<mpsc::UnboundedSender<Cmd>> {
         let broker = Broker::new(Instant::now(), config.clone(), Box::new(rand_core::OsRng))
-            .map_err(|e| Error::InvalidArgument(e.0))?;
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
         let (tx, rx) = mpsc::unbounded_channel();
         runtime().spawn(driver::run(broker, tls.clone(), rx));
         Ok(tx)
@@ -172,7 +172,7 @@ impl Builder {
     /// Works from inside or outside any tokio runtime.
     pub fn build(self) -> Result<TicketBroker> {
         let config = BrokerConfig::new(self.addrs, self.token);
-        config.validate().map_err(|e| Error::InvalidArgument(e.0))?;
+        config.validate().map_err(|e| Error::InvalidArgument(e.to_string()))?;
         let tls = tls::client_config(&self.tls)?;
         if tls.is_some() {
             for a in &config.addrs {
@@ -189,9 +189,18 @@ impl Builder {
         };
         Ok(TicketBroker { shared: Arc::new(shared) })
     }
+
+    /// [`Builder::build`], then waits as [`TicketBroker::connect`] does: until
+    /// a request could be routed, or every first connection attempt has
+    /// settled (at most the 5 s handshake limit), whichever comes first.
+    pub async fn connect(self) -> Result<TicketBroker> {
+        let broker = self.build()?;
+        broker.first_usable().await;
+        Ok(broker)
+    }
 }
 
-/// Cancels an acquire whose future is dropped (SPEC §6.3 step 7).
+/// Cancels an acquire whose future is dropped (docs/client.md, Acquire step 7).
 struct CancelGuard {
     shared: Arc<Shared>,
     cid: u64,
@@ -217,16 +226,15 @@ impl Drop for CancelGuard {
 }
 
 impl TicketBroker {
-    /// A broker for one address (two connections to it). Resolves once the
-    /// first connection attempts have settled — ready, or failed (refused,
-    /// auth failure, or the 5 s handshake limit) — and returns the broker
-    /// either way: a dead connection never breaks the broker, it keeps
-    /// reconnecting with backoff. Only a bad address is an error
-    /// ([`Error::InvalidArgument`]).
+    /// A broker for one address (two connections to it). Resolves as soon as
+    /// a request could be routed (what [`TicketBroker::wait_ready`] waits
+    /// for), or once every first connection attempt has settled — refused,
+    /// auth failure, or the 5 s handshake limit — whichever comes first, and
+    /// returns the broker either way: a dead connection never breaks the
+    /// broker, it keeps reconnecting with backoff. Only a bad address is an
+    /// error ([`Error::InvalidArgument`]).
     pub async fn connect(addr: &str) -> Result<TicketBroker> {
-        let broker = TicketBroker::builder([addr]).build()?;
-        broker.settled().await;
-        Ok(broker)
+        TicketBroker::builder([addr]).connect().await
     }
 
     /// A snapshot of the pool: whether a request could be routed now, the
@@ -241,11 +249,12 @@ impl TicketBroker {
         rx.await.ok()
     }
 
-    /// Waits until every connection's first attempt since the broker was
-    /// built has settled (at most about 5 s, the handshake limit).
-    async fn settled(&self) {
+    /// Waits until a request could be routed, or every connection's first
+    /// attempt since the broker was built has settled (at most about 5 s, the
+    /// handshake limit), whichever comes first.
+    async fn first_usable(&self) {
         let (reply, rx) = oneshot::channel();
-        if self.shared.send(Cmd::WaitSettled { reply }).is_ok() {
+        if self.shared.send(Cmd::WaitUsable { reply }).is_ok() {
             let _ = rx.await;
         }
     }
@@ -273,15 +282,16 @@ impl TicketBroker {
         rx.await.unwrap_or(false)
     }
 
-    /// Acquires `key` (SPEC §6.3). `wait`: at most this long in the server's
+    /// Acquires `key` (docs/client.md, Acquire). `wait`: at most this long in the server's
     /// queue (0 = one immediate attempt; also the budget for finding a
     /// connection); `lease`: 1–250 s; `budget`: the least work time the
     /// ticket must leave (0–lease). Fractions round up to whole seconds.
     ///
-    /// First-attempt grace: right after the broker is built, while its first
-    /// connection attempts are still in progress (at most the 5 s handshake
-    /// limit), an acquire waits for them even past its `wait`, so building a
-    /// broker and acquiring at once with `wait` 0 works.
+    /// `wait` is a hard bound on finding a connection too: with no routable
+    /// connection the acquire fails with [`Error::Unavailable`] once `wait`
+    /// has passed, nothing sent. So `wait` 0 right after
+    /// [`Builder::build`] (no handshake done yet) fails at once: call
+    /// [`TicketBroker::wait_ready`] first, or use [`TicketBroker::connect`].
     ///
     /// `Ok(None)`: not granted within `wait` (`T`). Errors: [`Error::Busy`],
     /// [`Error::Indeterminate`], [`Error::InsufficientTime`],
@@ -393,7 +403,7 @@ impl Ticket {
         self.grant.key.as_str()
     }
 
-    /// Conservative time left (SPEC §6.3 step 4), 0 once expired.
+    /// Conservative time left (docs/client.md, Acquire step 4), 0 once expired.
     pub fn remaining(&self) -> Duration {
         self.grant.deadline.saturating_duration_since(Instant::now())
     }
@@ -426,7 +436,7 @@ impl Ticket {
         }
     }
 
-    /// Releases exactly this grant (SPEC §6.4): `Ok(true)` on `R`,
+    /// Releases exactly this grant (docs/client.md, Release lane): `Ok(true)` on `R`,
     /// `Ok(false)` on `N` (expired, or released by an earlier attempt),
     /// [`Error::ReleaseUnconfirmed`] without a final answer within 5 s (or a
     /// full lane). Once a definite answer came, later calls return it again.

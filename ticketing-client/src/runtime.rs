@@ -1,4 +1,4 @@
-//! The one process-wide runtime all brokers' drivers run on (SPEC §6.5).
+//! The one process-wide runtime all brokers' drivers run on (docs/client.md, Process life).
 
 use std::sync::Mutex;
 use tokio::runtime::{Handle, Runtime};

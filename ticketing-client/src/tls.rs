@@ -1,8 +1,9 @@
-//! TLS modes (SPEC §7): off, system roots, a CA file, or no verification
-//! (tests only). TLS wraps the stream from its first byte (§3).
+//! TLS modes (docs/client.md, Rust API): off, system roots, a CA file, or no verification
+//! (tests only). TLS wraps the stream from its first byte (docs/protocol.md §1).
 
 use crate::error::{Error, Result};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use std::path::PathBuf;
@@ -73,7 +74,7 @@ pub(crate) fn client_config(tls: &Tls) -> Result<Option<Arc<ClientConfig>>> {
             let pem = std::fs::read(path)
                 .map_err(|e| Error::InvalidArgument(format!("tls CA file {}: {e}", path.display())))?;
             let mut roots = RootCertStore::empty();
-            for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+            for cert in CertificateDer::pem_slice_iter(&pem) {
                 let cert = cert.map_err(|e| Error::InvalidArgument(format!("tls CA file {}: {e}", path.display())))?;
                 roots.add(cert).map_err(|e| Error::InvalidArgument(format!("tls CA file {}: {e}", path.display())))?;
             }

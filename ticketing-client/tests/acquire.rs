@@ -1,4 +1,4 @@
-//! Acquire scenarios of SPEC §6.2–§6.3 against scripted fake servers.
+//! Acquire scenarios of docs/client.md, Response matching and Acquire against scripted fake servers.
 
 mod support;
 

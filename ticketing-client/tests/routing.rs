@@ -1,4 +1,4 @@
-//! Connection-level scenarios of SPEC §6.1–§6.2 and §6.4 against scripted fake servers.
+//! Connection-level scenarios of docs/client.md, Connections, Response matching and Release lane against scripted fake servers.
 
 mod support;
 

@@ -32,12 +32,13 @@ async fn ca_file_mode_verifies_the_server_and_works() {
     let pki = pki();
     let fake = Fake::start_tls(granting(), pki.server.clone()).await;
     let ca = ca_file("ca", &pki.ca_pem);
-    let b = TicketBroker::builder([fake.addr.clone()]).tls(Tls::CaFile(ca.clone())).build().unwrap();
+    let b = TicketBroker::builder([fake.addr.clone()]).tls(Tls::CaFile(ca.clone())).connect().await.unwrap();
     grant_and_release(&b).await;
     assert!(String::from_utf8_lossy(&fake.raw()).contains("AUTH "), "the protocol ran inside TLS");
     b.close().await;
     // The same through the string form the bindings and the CLI use.
-    let b = TicketBroker::builder([fake.addr.clone()]).tls(ca.to_str().unwrap().parse().unwrap()).build().unwrap();
+    let b =
+        TicketBroker::builder([fake.addr.clone()]).tls(ca.to_str().unwrap().parse().unwrap()).connect().await.unwrap();
     grant_and_release(&b).await;
     b.close().await;
     let _ = std::fs::remove_file(ca);
@@ -47,7 +48,7 @@ async fn ca_file_mode_verifies_the_server_and_works() {
 async fn insecure_skip_verify_works_without_the_ca() {
     let pki = pki();
     let fake = Fake::start_tls(granting(), pki.server.clone()).await;
-    let b = TicketBroker::builder([fake.addr.clone()]).tls(Tls::InsecureSkipVerify).build().unwrap();
+    let b = TicketBroker::builder([fake.addr.clone()]).tls(Tls::InsecureSkipVerify).connect().await.unwrap();
     grant_and_release(&b).await;
     b.close().await;
 }
@@ -58,7 +59,7 @@ async fn wrong_ca_is_unavailable_with_a_clear_error_and_sends_nothing() {
     let other = support::pki();
     let fake = Fake::start_tls(granting(), pki.server.clone()).await;
     let ca = ca_file("wrong-ca", &other.ca_pem);
-    let b = TicketBroker::builder([fake.addr.clone()]).tls(Tls::CaFile(ca.clone())).build().unwrap();
+    let b = TicketBroker::builder([fake.addr.clone()]).tls(Tls::CaFile(ca.clone())).connect().await.unwrap();
     let start = Instant::now();
     assert_eq!(b.acquire_secs("k", 0.0, 5.0, 0.0).await.unwrap_err(), Error::Unavailable);
     assert!(start.elapsed() < secs(3.0), "a failed TLS handshake settles at once: {:?}", start.elapsed());
@@ -76,7 +77,7 @@ async fn tls_off_against_a_tls_server_fails_cleanly() {
     let pki = pki();
     // The fake hangs up on a client that does not start TLS within 300 ms.
     let fake = Fake::start_tls(granting(), pki.server.clone()).await;
-    let b = TicketBroker::builder([fake.addr.clone()]).tls(Tls::Off).build().unwrap();
+    let b = TicketBroker::builder([fake.addr.clone()]).tls(Tls::Off).connect().await.unwrap();
     assert!(!b.wait_ready(Duration::from_millis(500)).await);
     let e = b.acquire_secs("k", 0.0, 5.0, 0.0).await.unwrap_err();
     assert_eq!(e, Error::Unavailable);
@@ -87,7 +88,7 @@ async fn tls_off_against_a_tls_server_fails_cleanly() {
 #[tokio::test]
 async fn tls_against_a_plain_server_fails_cleanly() {
     let fake = Fake::start(granting()).await;
-    let b = TicketBroker::builder([fake.addr.clone()]).tls(Tls::InsecureSkipVerify).build().unwrap();
+    let b = TicketBroker::builder([fake.addr.clone()]).tls(Tls::InsecureSkipVerify).connect().await.unwrap();
     let start = Instant::now();
     assert_eq!(b.acquire_secs("k", 0.0, 5.0, 0.0).await.unwrap_err(), Error::Unavailable);
     assert!(start.elapsed() < secs(3.0), "{:?}", start.elapsed());

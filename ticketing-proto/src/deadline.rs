@@ -1,4 +1,4 @@
-//! The conservative deadline of SPEC §6.3 step 4 and the budget check.
+//! The conservative deadline of docs/client.md, Acquire step 4 and the budget check.
 //!
 //! `deadline = t_send + waited_ms + lease × (1 − 0.001)`. A grant becomes a
 //! ticket only if `deadline − now ≥ budget` and `deadline − now > 0`;
@@ -37,7 +37,7 @@ pub enum Verdict {
     InsufficientTime,
 }
 
-/// §6.3 step 4: a ticket if `deadline − now ≥ budget` and `> 0`.
+/// docs/client.md, Acquire step 4: a ticket if `deadline − now ≥ budget` and `> 0`.
 pub fn check(t_send: Instant, waited_ms: u32, lease_secs: u8, budget: Duration, now: Instant) -> Verdict {
     let deadline = conservative_deadline(t_send, waited_ms, lease_secs, now);
     match deadline.checked_duration_since(now) {

@@ -1,4 +1,4 @@
-//! The release lane of SPEC §6.4: a bounded queue of exact-token releases
+//! The release lane of docs/client.md, Release lane: a bounded queue of exact-token releases
 //! (explicit releases, compensations, best-effort releases), each with an
 //! absolute deadline of 5 s from enqueue.
 //!
@@ -8,7 +8,8 @@
 //! then other connections), gives each connection reserved in-flight slots
 //! for them, and feeds the answers back.
 
-use crate::frame::{Key, Owner, Token};
+use crate::field::{Key, Owner, Token};
+use crate::op::OpId;
 use crate::timer::TimerTable;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -17,10 +18,6 @@ use std::time::{Duration, Instant};
 pub const DEFAULT_CAPACITY: usize = 1024;
 /// Absolute deadline of every entry, from its enqueue.
 pub const DEADLINE: Duration = Duration::from_secs(5);
-
-/// An entry's id (the broker uses its operation ids).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct EntryId(pub u64);
 
 /// Why a release is in the lane.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,10 +85,10 @@ pub struct Entry<C> {
 #[derive(Debug)]
 pub struct Lane<C> {
     capacity: usize,
-    entries: HashMap<EntryId, Entry<C>>,
-    queue: VecDeque<EntryId>,
-    timers: TimerTable<EntryId>,
-    done: VecDeque<(EntryId, Entry<C>, Outcome)>,
+    entries: HashMap<OpId, Entry<C>>,
+    queue: VecDeque<OpId>,
+    timers: TimerTable<OpId>,
+    done: VecDeque<(OpId, Entry<C>, Outcome)>,
 }
 
 impl<C: Copy + PartialEq> Lane<C> {
@@ -117,7 +114,7 @@ impl<C: Copy + PartialEq> Lane<C> {
     }
 
     /// Enqueues a release due by `now + 5 s`. A full lane refuses.
-    pub fn enqueue(&mut self, now: Instant, id: EntryId, grant: ExactGrant, purpose: Purpose) -> Result<(), LaneFull> {
+    pub fn enqueue(&mut self, now: Instant, id: OpId, grant: ExactGrant, purpose: Purpose) -> Result<(), LaneFull> {
         if self.entries.len() >= self.capacity {
             return Err(LaneFull);
         }
@@ -129,12 +126,12 @@ impl<C: Copy + PartialEq> Lane<C> {
     }
 
     /// The queued entries, oldest first (for routing).
-    pub fn queued(&self) -> impl Iterator<Item = (EntryId, &Entry<C>)> + '_ {
+    pub fn queued(&self) -> impl Iterator<Item = (OpId, &Entry<C>)> + '_ {
         self.queue.iter().filter_map(move |id| self.entries.get(id).map(|e| (*id, e)))
     }
 
     /// Records that `id` was sent on `conn`.
-    pub fn mark_sent(&mut self, id: EntryId, conn: C) {
+    pub fn mark_sent(&mut self, id: OpId, conn: C) {
         if let Some(e) = self.entries.get_mut(&id) {
             e.state = State::InFlight(conn);
             self.queue.retain(|q| *q != id);
@@ -142,7 +139,7 @@ impl<C: Copy + PartialEq> Lane<C> {
     }
 
     /// Its session ended before a final answer: back to the queue (if still due).
-    pub fn requeue(&mut self, id: EntryId, lost_on: Option<C>) {
+    pub fn requeue(&mut self, id: OpId, lost_on: Option<C>) {
         if let Some(e) = self.entries.get_mut(&id) {
             if let Some(c) = lost_on {
                 if !e.tried.contains(&c) {
@@ -158,13 +155,13 @@ impl<C: Copy + PartialEq> Lane<C> {
 
     /// A final answer (`R` → released, `N` → not holder). Answers for entries
     /// that already gave up are ignored.
-    pub fn answer(&mut self, id: EntryId, released: bool) {
+    pub fn answer(&mut self, id: OpId, released: bool) {
         let outcome = if released { Outcome::Released } else { Outcome::NotHolder };
         self.finish(id, outcome);
     }
 
     /// Whether `id` is a live entry.
-    pub fn contains(&self, id: EntryId) -> bool {
+    pub fn contains(&self, id: OpId) -> bool {
         self.entries.contains_key(&id)
     }
 
@@ -177,7 +174,7 @@ impl<C: Copy + PartialEq> Lane<C> {
 
     /// Gives up every entry now (the broker is closing for good).
     pub fn give_up_all(&mut self) {
-        let mut ids: Vec<EntryId> = self.entries.keys().copied().collect();
+        let mut ids: Vec<OpId> = self.entries.keys().copied().collect();
         ids.sort();
         for id in ids {
             self.finish(id, Outcome::Unconfirmed);
@@ -186,7 +183,7 @@ impl<C: Copy + PartialEq> Lane<C> {
 
     /// The next finished entry.
     #[must_use]
-    pub fn poll_done(&mut self) -> Option<(EntryId, Entry<C>, Outcome)> {
+    pub fn poll_done(&mut self) -> Option<(OpId, Entry<C>, Outcome)> {
         self.done.pop_front()
     }
 
@@ -196,7 +193,7 @@ impl<C: Copy + PartialEq> Lane<C> {
         self.timers.next_deadline()
     }
 
-    fn finish(&mut self, id: EntryId, outcome: Outcome) {
+    fn finish(&mut self, id: OpId, outcome: Outcome) {
         if let Some(e) = self.entries.remove(&id) {
             self.timers.clear(id);
             if e.state == State::Queued {
@@ -219,22 +216,22 @@ mod tests {
     fn bounded_and_deadline_is_absolute_from_enqueue() {
         let t0 = Instant::now();
         let mut lane: Lane<u8> = Lane::new(2);
-        lane.enqueue(t0, EntryId(1), grant(1), Purpose::Explicit).unwrap();
-        lane.enqueue(t0 + Duration::from_secs(1), EntryId(2), grant(2), Purpose::BestEffort).unwrap();
-        assert_eq!(lane.enqueue(t0, EntryId(3), grant(3), Purpose::Explicit), Err(LaneFull));
-        lane.mark_sent(EntryId(1), 7);
+        lane.enqueue(t0, OpId(1), grant(1), Purpose::Explicit).unwrap();
+        lane.enqueue(t0 + Duration::from_secs(1), OpId(2), grant(2), Purpose::BestEffort).unwrap();
+        assert_eq!(lane.enqueue(t0, OpId(3), grant(3), Purpose::Explicit), Err(LaneFull));
+        lane.mark_sent(OpId(1), 7);
         assert_eq!(lane.queued().count(), 1);
-        lane.requeue(EntryId(1), Some(7));
-        assert_eq!(lane.queued().map(|(id, _)| id).collect::<Vec<_>>(), vec![EntryId(2), EntryId(1)]);
+        lane.requeue(OpId(1), Some(7));
+        assert_eq!(lane.queued().map(|(id, _)| id).collect::<Vec<_>>(), vec![OpId(2), OpId(1)]);
         assert_eq!(lane.poll_timeout(), Some(t0 + DEADLINE));
         lane.handle_timeout(t0 + Duration::from_millis(4999));
         assert!(lane.poll_done().is_none());
         lane.handle_timeout(t0 + DEADLINE);
         let (id, e, out) = lane.poll_done().unwrap();
-        assert_eq!((id, out, e.tried), (EntryId(1), Outcome::Unconfirmed, vec![7]));
-        lane.answer(EntryId(1), true); // late answer ignored
+        assert_eq!((id, out, e.tried), (OpId(1), Outcome::Unconfirmed, vec![7]));
+        lane.answer(OpId(1), true); // late answer ignored
         assert!(lane.poll_done().is_none());
-        lane.answer(EntryId(2), false);
+        lane.answer(OpId(2), false);
         assert_eq!(lane.poll_done().unwrap().2, Outcome::NotHolder);
         assert!(lane.is_empty());
         assert_eq!(lane.poll_timeout(), None);

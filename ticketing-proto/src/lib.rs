@@ -15,10 +15,14 @@
 pub mod auth;
 pub mod broker;
 pub mod deadline;
+pub mod field;
 pub mod frame;
 pub mod lane;
+pub mod limits;
+pub mod op;
 pub mod params;
 pub mod session;
 pub mod timer;
 
-pub use frame::{Addr, ClientFrame, ErrorCode, FrameError, Hex32, Key, Owner, RequestId, Role, ServerFrame, Token};
+pub use field::{Addr, Hex32, Key, Owner, RequestId, Role, Token};
+pub use frame::{ClientFrame, ErrorCode, FrameError, ServerFrame};

@@ -1,18 +1,62 @@
-//! Client-side parameter rules of SPEC §2: durations given with fractions
+//! Client-side parameter rules of docs/protocol.md §2: durations given with fractions
 //! are rounded UP to whole seconds, then validated; values are never clamped.
 //! Every binding calls these before anything is sent.
 
-use crate::frame::{Key, Owner, MAX_LEASE, MAX_WAIT, MIN_LEASE};
+use crate::field::{Key, Owner};
+use crate::limits::{MAX_LEASE, MAX_WAIT, MIN_LEASE};
 use rand_core::RngCore;
 use std::fmt;
 
-/// A rejected argument; the text names the parameter and the rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParamError(pub String);
+/// A rejected argument: which parameter, and which rule it broke.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ParamError {
+    /// NaN or infinite.
+    NotFinite {
+        /// `wait`, `lease` or `budget`.
+        name: &'static str,
+        /// The value given.
+        value: f64,
+    },
+    /// Below zero.
+    Negative {
+        /// `wait`, `lease` or `budget`.
+        name: &'static str,
+        /// The value given.
+        value: f64,
+    },
+    /// Outside `min..=max` once rounded up (never clamped).
+    OutOfRange {
+        /// `wait`, `lease` or `budget`.
+        name: &'static str,
+        /// The value given.
+        value: f64,
+        /// Smallest legal whole seconds.
+        min: u8,
+        /// Largest legal whole seconds (for `budget`: the normalized lease).
+        max: u8,
+    },
+    /// Not 1–250 bytes of visible ASCII without space.
+    Key {
+        /// The key given.
+        key: String,
+    },
+}
 
 impl fmt::Display for ParamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        match self {
+            ParamError::NotFinite { name, value } => {
+                write!(f, "{name} must be a finite number of seconds, got {value}")
+            }
+            ParamError::Negative { name, value } => write!(f, "{name} must not be negative, got {value}"),
+            ParamError::OutOfRange { name, value, min, max } => {
+                write!(f, "{name} must be within {min}..={max} seconds (rounded up), got {value}")
+            }
+            ParamError::Key { key } => {
+                write!(f, "key must be 1-250 visible ASCII bytes (0x21-0x7E, no space), got {key:?}")
+            }
+        }
     }
 }
 
@@ -31,16 +75,16 @@ pub struct AcquireParams {
     pub budget: u8,
 }
 
-fn round_up(name: &str, secs: f64, lo: u8, hi: u8) -> Result<u8, ParamError> {
-    if secs.is_nan() || secs.is_infinite() {
-        return Err(ParamError(format!("{name} must be a finite number of seconds, got {secs}")));
+fn round_up(name: &'static str, value: f64, min: u8, max: u8) -> Result<u8, ParamError> {
+    if !value.is_finite() {
+        return Err(ParamError::NotFinite { name, value });
     }
-    if secs < 0.0 {
-        return Err(ParamError(format!("{name} must not be negative, got {secs}")));
+    if value < 0.0 {
+        return Err(ParamError::Negative { name, value });
     }
-    let up = secs.ceil();
-    if up < f64::from(lo) || up > f64::from(hi) {
-        return Err(ParamError(format!("{name} must be within {lo}..={hi} seconds (rounded up), got {secs}")));
+    let up = value.ceil();
+    if up < f64::from(min) || up > f64::from(max) {
+        return Err(ParamError::OutOfRange { name, value, min, max });
     }
     Ok(up as u8)
 }
@@ -62,8 +106,7 @@ pub fn budget(secs: f64, lease: u8) -> Result<u8, ParamError> {
 
 /// Validates a key (1–250 bytes in 0x21–0x7E).
 pub fn key(key: &str) -> Result<Key, ParamError> {
-    Key::new(key.to_owned())
-        .map_err(|_| ParamError(format!("key must be 1-250 visible ASCII bytes (0x21-0x7E, no space), got {key:?}")))
+    Key::new(key.to_owned()).map_err(|_| ParamError::Key { key: key.to_owned() })
 }
 
 /// All of an acquire's arguments at once (key first, then wait, lease, budget).
@@ -79,12 +122,7 @@ pub fn acquire(key_text: &str, wait_s: f64, lease_s: f64, budget_s: f64) -> Resu
 pub fn owner<R: RngCore>(rng: &mut R) -> Owner {
     let mut raw = [0u8; 16];
     rng.fill_bytes(&mut raw);
-    let mut text = String::with_capacity(32);
-    for b in raw {
-        text.push(char::from(b"0123456789abcdef"[(b >> 4) as usize]));
-        text.push(char::from(b"0123456789abcdef"[(b & 15) as usize]));
-    }
-    Owner::new(text).unwrap_or_else(|_| unreachable!("hex is visible ASCII"))
+    Owner::new(hex::encode(raw)).unwrap_or_else(|_| unreachable!("hex is visible ASCII"))
 }
 
 #[cfg(test)]
@@ -117,7 +155,8 @@ mod tests {
         assert!(acquire(&"k".repeat(251), 1.0, 1.0, 0.0).is_err());
         assert!(acquire("ключ", 1.0, 1.0, 0.0).is_err());
         let e = acquire("k", 1.0, 2.0, 3.0).unwrap_err();
-        assert!(e.0.contains("budget"));
+        assert_eq!(e, ParamError::OutOfRange { name: "budget", value: 3.0, min: 0, max: 2 });
+        assert!(e.to_string().contains("budget"));
     }
 
     #[test]

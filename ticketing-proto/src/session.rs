@@ -1,5 +1,5 @@
-//! One client connection as a pure state machine (SPEC §3.1, §6.1 keepalive,
-//! §6.2 response matching, §6.3 step 6, and the Indeterminate rule).
+//! One client connection as a pure state machine (docs/protocol.md §3, docs/client.md, Connections keepalive,
+//! docs/client.md, Response matching response matching, docs/client.md, Acquire step 6, and the Indeterminate rule).
 //!
 //! # Driving it
 //! Create a [`Session`] when the transport is opened (the handshake clock
@@ -24,12 +24,14 @@ use crate::auth::{self, Label};
 use crate::frame::{
     decode_server, Addr, ClientFrame, ErrorCode, FrameError, Hex32, Key, Owner, RequestId, Role, ServerFrame, Token,
 };
+use crate::op::OpId;
 use crate::timer::TimerTable;
 use bytes::{Bytes, BytesMut};
 use std::collections::{HashMap, VecDeque};
+use std::fmt;
 use std::time::{Duration, Instant};
 
-/// Timing of one session. The defaults are the values of SPEC §3.1, §6.1, §6.3.
+/// Timing of one session. The defaults are the values of docs/protocol.md §3, docs/client.md, Connections, docs/client.md, Acquire.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionConfig {
     /// The handshake (connect, TLS, greeting, AUTH, OK) must finish within this (5 s).
@@ -45,17 +47,13 @@ pub struct SessionConfig {
 impl Default for SessionConfig {
     fn default() -> Self {
         SessionConfig {
-            handshake_timeout: Duration::from_secs(5),
+            handshake_timeout: crate::limits::HANDSHAKE_TIMEOUT,
             keepalive_idle: Duration::from_secs(1),
             keepalive_dead: Duration::from_secs(3),
             answer_grace: Duration::from_secs(5),
         }
     }
 }
-
-/// The caller's name for a request; echoed in events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Tag(pub u64);
 
 /// A request the caller can send on a ready session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,14 +130,14 @@ pub enum CloseReason {
     KeepaliveTimeout,
     /// An acquire was not answered within `wait + answer_grace`.
     AnswerTimeout,
-    /// A possibly-sent acquire was cancelled (SPEC §6.3 step 7).
+    /// A possibly-sent acquire was cancelled (docs/client.md, Acquire step 7).
     Cancelled,
     /// Closed by the caller.
     Local,
 }
 
 impl CloseReason {
-    /// `auth_failed` and `not_active` make the reconnect backoff jump to its cap (§6.1).
+    /// `auth_failed` and `not_active` make the reconnect backoff jump to its cap (docs/client.md, Connections).
     pub fn backoff_to_cap(&self) -> bool {
         matches!(self, CloseReason::AuthFailed | CloseReason::NotActive)
     }
@@ -151,9 +149,9 @@ pub struct Closed {
     /// Why.
     pub reason: CloseReason,
     /// Registered requests whose bytes were never handed out.
-    pub unsent: Vec<(Tag, Request)>,
+    pub unsent: Vec<(OpId, Request)>,
     /// Requests whose bytes were handed out (any byte may have been written).
-    pub possibly_sent: Vec<(Tag, Request)>,
+    pub possibly_sent: Vec<(OpId, Request)>,
 }
 
 /// What a session reports; drain with [`Session::poll_event`].
@@ -166,8 +164,8 @@ pub enum SessionEvent {
     },
     /// A definite, correctly matched answer.
     Answer {
-        /// The request's tag.
-        tag: Tag,
+        /// The operation the request belongs to.
+        op: OpId,
         /// The answer.
         answer: Answer,
     },
@@ -194,16 +192,28 @@ pub enum SendError {
     NotReady,
     /// The session is closed.
     Closed,
-    /// The tag is already pending on this session.
-    DuplicateTag,
+    /// The operation already has a request pending on this session.
+    DuplicateOp,
 }
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SendError::NotReady => "the session's handshake has not finished",
+            SendError::Closed => "the session is closed",
+            SendError::DuplicateOp => "the operation already has a request pending on this session",
+        })
+    }
+}
+
+impl std::error::Error for SendError {}
 
 /// What [`Session::cancel`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelOutcome {
     /// The bytes were never handed out: the request is gone, nothing was sent.
     Unsent,
-    /// Bytes may have been written: the caller must close the session (§6.3 step 7).
+    /// Bytes may have been written: the caller must close the session (docs/client.md, Acquire step 7).
     PossiblySent,
     /// No such pending request.
     NotFound,
@@ -227,7 +237,7 @@ enum Timer {
 
 #[derive(Debug, Clone)]
 enum Kind {
-    Request(Tag, Request),
+    Request(OpId, Request),
     Ping,
 }
 
@@ -247,7 +257,7 @@ pub struct Session {
     phase: Phase,
     next_id: u64,
     pending: HashMap<RequestId, Pending>,
-    by_tag: HashMap<Tag, RequestId>,
+    by_op: HashMap<OpId, RequestId>,
     outbound: VecDeque<(Option<RequestId>, Bytes)>,
     inbound: BytesMut,
     events: VecDeque<SessionEvent>,
@@ -271,7 +281,7 @@ impl Session {
             phase: Phase::AwaitGreeting,
             next_id: 1,
             pending: HashMap::new(),
-            by_tag: HashMap::new(),
+            by_op: HashMap::new(),
             outbound: VecDeque::new(),
             inbound: BytesMut::new(),
             events: VecDeque::new(),
@@ -302,21 +312,21 @@ impl Session {
         self.releases
     }
 
-    /// Whether the request `tag` is pending and may have been written.
-    pub fn possibly_written(&self, tag: Tag) -> Option<bool> {
-        let id = self.by_tag.get(&tag)?;
+    /// Whether the request `op` is pending and may have been written.
+    pub fn possibly_written(&self, op: OpId) -> Option<bool> {
+        let id = self.by_op.get(&op)?;
         self.pending.get(id).map(|p| p.written)
     }
 
     /// Registers `req` and queues its frame. Call [`Session::poll_transmit`] next.
-    pub fn send(&mut self, now: Instant, tag: Tag, req: Request) -> Result<RequestId, SendError> {
+    pub fn send(&mut self, now: Instant, op: OpId, req: Request) -> Result<RequestId, SendError> {
         match self.phase {
             Phase::Ready => {}
             Phase::Closed => return Err(SendError::Closed),
             _ => return Err(SendError::NotReady),
         }
-        if self.by_tag.contains_key(&tag) {
-            return Err(SendError::DuplicateTag);
+        if self.by_op.contains_key(&op) {
+            return Err(SendError::DuplicateOp);
         }
         let id = self.alloc_id();
         let frame = match &req {
@@ -332,16 +342,16 @@ impl Session {
             }
         };
         // Registration first, bytes second.
-        self.pending.insert(id, Pending { kind: Kind::Request(tag, req), written: false, t_send: now });
-        self.by_tag.insert(tag, id);
+        self.pending.insert(id, Pending { kind: Kind::Request(op, req), written: false, t_send: now });
+        self.by_op.insert(op, id);
         self.outbound.push_back((Some(id), frame.to_bytes()));
         Ok(id)
     }
 
-    /// Cancels the pending request `tag` (SPEC §6.3 step 7). An unsent one is
+    /// Cancels the pending request `op` (docs/client.md, Acquire step 7). An unsent one is
     /// removed; for a possibly-sent one the caller must close the session.
-    pub fn cancel(&mut self, tag: Tag) -> CancelOutcome {
-        let Some(&id) = self.by_tag.get(&tag) else { return CancelOutcome::NotFound };
+    pub fn cancel(&mut self, op: OpId) -> CancelOutcome {
+        let Some(&id) = self.by_op.get(&op) else { return CancelOutcome::NotFound };
         let written = self.pending.get(&id).map(|p| p.written).unwrap_or(false);
         if written {
             return CancelOutcome::PossiblySent;
@@ -362,16 +372,16 @@ impl Session {
         ids.sort();
         for id in ids {
             if let Some(p) = self.pending.remove(&id) {
-                if let Kind::Request(tag, req) = p.kind {
+                if let Kind::Request(op, req) = p.kind {
                     if p.written {
-                        possibly_sent.push((tag, req));
+                        possibly_sent.push((op, req));
                     } else {
-                        unsent.push((tag, req));
+                        unsent.push((op, req));
                     }
                 }
             }
         }
-        self.by_tag.clear();
+        self.by_op.clear();
         self.outbound.clear();
         self.inbound.clear();
         self.timers = TimerTable::new();
@@ -484,8 +494,8 @@ impl Session {
         let p = self.pending.remove(&id)?;
         self.timers.clear(Timer::Answer(id));
         match &p.kind {
-            Kind::Request(tag, req) => {
-                self.by_tag.remove(tag);
+            Kind::Request(op, req) => {
+                self.by_op.remove(op);
                 match req {
                     Request::Acquire { .. } => self.acquires -= 1,
                     Request::Release { .. } => self.releases -= 1,
@@ -571,9 +581,9 @@ impl Session {
                     Some(false) => self.close(CloseReason::Protocol("grant does not match its request")),
                     Some(true) => {
                         if let Some(p) = self.take_pending(id) {
-                            if let Kind::Request(tag, _) = p.kind {
+                            if let Kind::Request(op, _) = p.kind {
                                 let answer = Answer::Granted { key, owner, token, waited_ms, t_send: p.t_send };
-                                self.events.push_back(SessionEvent::Answer { tag, answer });
+                                self.events.push_back(SessionEvent::Answer { op, answer });
                             }
                         }
                     }
@@ -610,8 +620,8 @@ impl Session {
         if !ok {
             return self.close(CloseReason::Protocol("answer does not match a pending request"));
         }
-        if let Some(Pending { kind: Kind::Request(tag, _), .. }) = self.take_pending(id) {
-            self.events.push_back(SessionEvent::Answer { tag, answer });
+        if let Some(Pending { kind: Kind::Request(op, _), .. }) = self.take_pending(id) {
+            self.events.push_back(SessionEvent::Answer { op, answer });
         }
     }
 }
@@ -692,9 +702,9 @@ mod tests {
             h
         }
 
-        fn acquire(&mut self, at: u64, tag: u64, key: &str, owner: &str, wait: u8) -> RequestId {
+        fn acquire(&mut self, at: u64, op: u64, key: &str, owner: &str, wait: u8) -> RequestId {
             let req = Request::Acquire { key: k(key), owner: o(owner), wait, lease: 10 };
-            let id = self.s.send(self.at(at), Tag(tag), req).unwrap();
+            let id = self.s.send(self.at(at), OpId(op), req).unwrap();
             self.drain();
             id
         }
@@ -725,7 +735,7 @@ mod tests {
         assert_eq!(c.reason, CloseReason::AuthFailed);
         assert!(c.reason.backoff_to_cap());
         assert_eq!(
-            h.s.send(h.at(2), Tag(1), Request::Release { key: k("k"), owner: o("o"), token: Token::new(5).unwrap() }),
+            h.s.send(h.at(2), OpId(1), Request::Release { key: k("k"), owner: o("o"), token: Token::new(5).unwrap() }),
             Err(SendError::Closed)
         );
         h.drain();
@@ -735,7 +745,7 @@ mod tests {
     #[test]
     fn send_before_ready_is_refused() {
         let mut h = Harness::new();
-        let r = h.s.send(h.t0, Tag(1), Request::Acquire { key: k("k"), owner: o("o"), wait: 0, lease: 1 });
+        let r = h.s.send(h.t0, OpId(1), Request::Acquire { key: k("k"), owner: o("o"), wait: 0, lease: 1 });
         assert_eq!(r, Err(SendError::NotReady));
     }
 
@@ -767,9 +777,9 @@ mod tests {
         assert_eq!(
             h.events,
             vec![
-                SessionEvent::Answer { tag: Tag(11), answer: Answer::Timeout },
+                SessionEvent::Answer { op: OpId(11), answer: Answer::Timeout },
                 SessionEvent::Answer {
-                    tag: Tag(10),
+                    op: OpId(10),
                     answer: Answer::Granted {
                         key: k("k"),
                         owner: o("o1"),
@@ -789,8 +799,8 @@ mod tests {
         h.events.clear();
         h.acquire(2, 1, "k", "o1", 5);
         let r = Request::Release { key: k("j"), owner: o("o2"), token: Token::new(4).unwrap() };
-        h.s.send(h.at(2), Tag(2), r.clone()).unwrap();
-        h.s.send(h.at(2), Tag(3), r).unwrap();
+        h.s.send(h.at(2), OpId(2), r.clone()).unwrap();
+        h.s.send(h.at(2), OpId(3), r).unwrap();
         h.drain();
         assert_eq!(h.take_wire(), "A 1 k o1 5 10\nR 2 j o2 4\nR 3 j o2 4\n");
         h.input(3, b"N 3 j\nB 1 k\nR 2 j\n");
@@ -798,7 +808,7 @@ mod tests {
             .events
             .iter()
             .map(|e| match e {
-                SessionEvent::Answer { tag, answer } => (tag.0, answer.clone()),
+                SessionEvent::Answer { op, answer } => (op.0, answer.clone()),
                 other => panic!("{other:?}"),
             })
             .collect();
@@ -877,13 +887,13 @@ mod tests {
     fn registered_before_written_and_unsent_on_close() {
         let mut h = Harness::ready("leader", TOKEN);
         let req = Request::Acquire { key: k("k"), owner: o("o"), wait: 1, lease: 1 };
-        h.s.send(h.at(2), Tag(1), req.clone()).unwrap();
-        assert_eq!(h.s.possibly_written(Tag(1)), Some(false));
+        h.s.send(h.at(2), OpId(1), req.clone()).unwrap();
+        assert_eq!(h.s.possibly_written(OpId(1)), Some(false));
         // closed before the bytes were handed out: unsent, may be routed elsewhere
         h.s.handle_closed();
         h.drain();
         let c = h.closed().unwrap();
-        assert_eq!(c.unsent, vec![(Tag(1), req)]);
+        assert_eq!(c.unsent, vec![(OpId(1), req)]);
         assert!(c.possibly_sent.is_empty());
         assert!(h.wire.is_empty());
     }
@@ -892,15 +902,15 @@ mod tests {
     fn cancel_unsent_and_possibly_sent() {
         let mut h = Harness::ready("leader", TOKEN);
         let req = Request::Acquire { key: k("k"), owner: o("o"), wait: 1, lease: 1 };
-        h.s.send(h.at(2), Tag(1), req.clone()).unwrap();
-        assert_eq!(h.s.cancel(Tag(1)), CancelOutcome::Unsent);
+        h.s.send(h.at(2), OpId(1), req.clone()).unwrap();
+        assert_eq!(h.s.cancel(OpId(1)), CancelOutcome::Unsent);
         h.drain();
         assert!(h.wire.is_empty());
         assert_eq!(h.s.pending_acquires(), 0);
-        h.s.send(h.at(2), Tag(2), req).unwrap();
+        h.s.send(h.at(2), OpId(2), req).unwrap();
         h.drain();
-        assert_eq!(h.s.cancel(Tag(2)), CancelOutcome::PossiblySent);
-        assert_eq!(h.s.cancel(Tag(3)), CancelOutcome::NotFound);
+        assert_eq!(h.s.cancel(OpId(2)), CancelOutcome::PossiblySent);
+        assert_eq!(h.s.cancel(OpId(3)), CancelOutcome::NotFound);
     }
 
     #[test]

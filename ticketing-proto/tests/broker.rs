@@ -316,7 +316,7 @@ fn one_leader() -> World {
     w
 }
 
-// ---------------------------------------------------------------- §6.3 basics
+// ---------------------------------------------------------------- docs/client.md, Acquire basics
 
 #[test]
 fn grant_becomes_a_ticket_with_the_conservative_deadline() {
@@ -526,17 +526,23 @@ fn acquire_waits_for_a_connection_and_sends_only_the_budget_left() {
     assert_eq!(w.result(op), None);
 }
 
-// ---------------------------------------------------------------- first-attempt grace
+// ---------------------------------------------------------------- the wait budget is a hard bound
 
 impl World {
-    /// The silent server at `addr` starts serving as `role` and greets its open connections now.
-    fn greet(&mut self, addr: &str, role: &'static str) {
+    /// The silent server at `addr` starts serving as `role` and greets `conns` now
+    /// (its other connections stay silent).
+    fn greet_conns(&mut self, addr: &str, role: &'static str, conns: &[ConnId]) {
         self.modes.insert(addr.into(), serve(role));
-        let conns: Vec<ConnId> = self.open_conns().into_iter().filter(|c| self.conns[c].addr == addr).collect();
         for c in conns {
-            let s = self.conns[&c].snonce;
-            self.send(c, &format!("TICKETING 1 {}\n", s.to_hex_string()));
+            let s = self.conns[c].snonce;
+            self.send(*c, &format!("TICKETING 1 {}\n", s.to_hex_string()));
         }
+    }
+
+    /// The silent server at `addr` starts serving as `role` and greets every open connection.
+    fn greet(&mut self, addr: &str, role: &'static str) {
+        let conns: Vec<ConnId> = self.open_conns().into_iter().filter(|c| self.conns[c].addr == addr).collect();
+        self.greet_conns(addr, role, &conns);
     }
 
     fn acquire_wait_sent(&self) -> u8 {
@@ -545,80 +551,116 @@ impl World {
             _ => panic!("no acquire seen"),
         }
     }
+
+    /// What `connect` waits for: a routable connection, or every first attempt settled.
+    fn usable(&self) -> bool {
+        self.b.is_ready() || self.b.first_attempts_settled()
+    }
 }
 
 #[test]
-fn wait_zero_right_after_build_waits_for_the_first_handshake() {
+fn hung_first_attempt_and_wait_one_is_unavailable_at_one_second() {
     let mut w = World::new(&[A], &[(A, Mode::Silent)]);
-    assert!(!w.b.first_attempts_settled());
-    let op = w.acquire("k", 0.0, 10.0, 0.0);
-    w.run_for(ms(300));
-    assert_eq!(w.result(op), None, "the first attempts are still in progress: keep waiting past the budget");
-    w.greet(A, "leader");
-    assert!(w.b.first_attempts_settled());
-    assert_eq!(w.acquires_seen(), 1);
-    assert_eq!(w.acquire_wait_sent(), 0, "the budget is spent: one immediate attempt");
-    let (conn, id, _, owner) = w.last_acquire();
-    w.send(conn, &format!("A {id} k {owner} 11 0\n"));
-    assert_eq!(w.result(op).unwrap().unwrap().unwrap().token.get(), 11);
-}
-
-#[test]
-fn grace_ends_with_the_handshake_limit_then_unavailable() {
-    let mut w = World::new(&[A], &[(A, Mode::Silent)]);
-    let op = w.acquire("k", 2.0, 10.0, 0.0);
-    w.run_for(ms(4999));
-    assert_eq!(w.result(op), None, "beyond its 2 s budget while the first handshake runs");
+    let op = w.acquire("k", 1.0, 10.0, 0.0);
+    w.run_for(ms(999));
+    assert_eq!(w.result(op), None);
     w.run_for(ms(1));
-    assert!(w.b.first_attempts_settled());
-    assert_eq!(w.result(op), Some(Err(Failure::Unavailable)), "at the 5 s handshake limit");
+    assert_eq!(w.result(op), Some(Err(Failure::Unavailable)), "the caller's wait bounds the connection wait too");
+    assert!(!w.b.first_attempts_settled(), "the handshakes are still running");
+    // The server greets later: nothing is sent for the failed acquire.
+    w.greet(A, "leader");
+    assert!(w.b.is_ready());
     assert_eq!(w.acquires_seen(), 0);
 }
 
 #[test]
-fn refused_first_attempts_settle_the_grace_at_once() {
+fn wait_zero_with_nothing_ready_is_unavailable_at_once_and_sends_nothing() {
     let mut w = World::new(&[A], &[(A, Mode::Silent)]);
     let op = w.acquire("k", 0.0, 10.0, 0.0);
-    assert_eq!(w.result(op), None);
-    let conns = w.open_conns();
-    w.hang_up(conns[0]);
-    assert_eq!(w.result(op), None, "the other first attempt is still in progress");
-    w.hang_up(conns[1]);
     assert_eq!(w.result(op), Some(Err(Failure::Unavailable)));
-    assert_eq!(w.elapsed(), Duration::ZERO, "a dead address fails fast");
-    // After the grace the plain budget rule applies: no waiting for reconnects.
+    assert_eq!(w.elapsed(), Duration::ZERO);
+    w.greet(A, "leader");
+    assert_eq!(w.acquires_seen(), 0);
+    // Once ready, wait 0 is one immediate attempt on the wire.
     let op = w.acquire("k", 0.0, 10.0, 0.0);
-    assert_eq!(w.result(op), Some(Err(Failure::Unavailable)));
-}
-
-#[test]
-fn grace_waits_for_every_slot_and_ends_on_the_first_route() {
-    // A refuses at once; B's handshake is slow. The acquire waits for B.
-    let mut w = World::new(&[A, B], &[(A, Mode::Refuse), (B, Mode::Silent)]);
-    assert!(!w.b.first_attempts_settled());
-    let op = w.acquire("k", 1.0, 10.0, 0.0);
-    w.run_for(ms(1500));
-    assert_eq!(w.result(op), None);
-    w.greet(B, "leader");
     assert_eq!(w.acquires_seen(), 1);
     assert_eq!(w.acquire_wait_sent(), 0);
-    let (conn, id, _, _) = w.last_acquire();
-    w.send(conn, &format!("T {id} k\n"));
-    assert_eq!(w.result(op), Some(Ok(None)));
+    assert_eq!(w.result(op), None, "sent, waiting for its answer");
 }
 
 #[test]
-fn grace_settled_by_a_follower_only_is_unavailable() {
+fn refused_first_attempts_settle_at_once_and_the_budget_still_rules() {
     let mut w = World::new(&[A], &[(A, Mode::Silent)]);
-    let op = w.acquire("k", 0.0, 10.0, 0.0);
-    w.run_for(ms(100));
-    w.greet(A, "follower");
-    assert_eq!(w.result(op), Some(Err(Failure::Unavailable)), "settled, no route, budget spent");
+    assert!(!w.usable());
+    let op = w.acquire("k", 2.0, 10.0, 0.0);
+    let conns = w.open_conns();
+    w.hang_up(conns[0]);
+    assert!(!w.usable(), "the other first attempt is still in progress");
+    w.hang_up(conns[1]);
+    assert!(w.b.first_attempts_settled() && w.usable(), "a dead address settles at once");
+    assert_eq!(w.result(op), None, "2 s budget: reconnects may still succeed");
+    w.run_for(ms(2000));
+    assert_eq!(w.result(op), Some(Err(Failure::Unavailable)));
     assert_eq!(w.acquires_seen(), 0);
 }
 
 #[test]
-fn acquire_within_budget_is_unaffected_by_the_grace() {
+fn connect_is_usable_at_the_first_ready_connection_while_the_other_hangs() {
+    let mut w = World::new(&[A], &[(A, Mode::Silent)]);
+    w.run_for(ms(200));
+    assert!(!w.usable());
+    let conns = w.open_conns();
+    assert_eq!(conns.len(), 2, "two connections to a single address");
+    w.greet_conns(A, "leader", &conns[..1]);
+    assert!(w.b.is_ready() && w.usable(), "one ready connection is enough");
+    assert!(!w.b.first_attempts_settled(), "the other handshake still hangs");
+    // The request goes to the ready connection at once.
+    let op = w.acquire("k", 0.0, 10.0, 0.0);
+    let (conn, id, _, owner) = w.last_acquire();
+    assert_eq!(conn, conns[0]);
+    w.send(conn, &format!("A {id} k {owner} 7 0\n"));
+    assert_eq!(w.result(op).unwrap().unwrap().unwrap().token.get(), 7);
+    // The hung slot settles at the 5 s handshake limit.
+    w.run_for(ms(4800));
+    assert!(w.b.first_attempts_settled());
+}
+
+#[test]
+fn connect_is_usable_when_every_first_attempt_hangs_up_to_the_handshake_limit() {
+    let mut w = World::new(&[A, B], &[(A, Mode::Silent), (B, Mode::Silent)]);
+    w.run_for(ms(4999));
+    assert!(!w.usable());
+    w.run_for(ms(1));
+    assert!(w.usable() && !w.b.is_ready(), "settled (failed), not ready");
+}
+
+#[test]
+fn follower_only_is_usable_for_connect_but_routes_nothing() {
+    let mut w = World::new(&[A], &[(A, Mode::Silent)]);
+    w.greet(A, "follower");
+    assert!(w.usable() && !w.b.is_ready());
+    let op = w.acquire("k", 0.0, 10.0, 0.0);
+    assert_eq!(w.result(op), Some(Err(Failure::Unavailable)), "never sent to a known follower");
+    assert_eq!(w.acquires_seen(), 0);
+}
+
+#[test]
+fn the_seed_pattern_connect_wait_ready_acquire() {
+    // connect(addr) resolves at the first usable connection; wait_ready(5) is
+    // then true; acquire(key, 5, 30, 2) goes out with the full wait.
+    let mut w = World::new(&[A], &[(A, Mode::Silent)]);
+    w.run_for(ms(300));
+    w.greet(A, "leader");
+    assert!(w.usable() && w.b.is_ready());
+    let op = w.acquire("key", 5.0, 30.0, 2.0);
+    assert_eq!(w.acquire_wait_sent(), 5);
+    let (conn, id, _, owner) = w.last_acquire();
+    w.send(conn, &format!("A {id} key {owner} 99 0\n"));
+    assert_eq!(w.result(op).unwrap().unwrap().unwrap().token.get(), 99);
+}
+
+#[test]
+fn acquire_during_a_slow_handshake_is_sent_with_what_is_left_of_its_budget() {
     let mut w = World::new(&[A], &[(A, Mode::Silent)]);
     let op = w.acquire("k", 5.0, 10.0, 0.0);
     w.run_for(ms(1000));
@@ -627,7 +669,7 @@ fn acquire_within_budget_is_unaffected_by_the_grace() {
     assert_eq!(w.result(op), None);
 }
 
-// ---------------------------------------------------------------- §6.3 step 4
+// ---------------------------------------------------------------- docs/client.md, Acquire step 4
 
 #[test]
 fn late_grant_with_waited_ms_zero_is_insufficient_time_and_compensated() {
@@ -670,7 +712,7 @@ fn grant_with_no_time_left_at_all_is_insufficient_even_with_budget_zero() {
     assert_eq!(w.result(op), Some(Err(Failure::InsufficientTime)));
 }
 
-// ---------------------------------------------------------------- §6.2 rows
+// ---------------------------------------------------------------- docs/client.md, Response matching rows
 
 #[test]
 fn unsolicited_grant_is_released_with_its_exact_token_within_5s() {
@@ -857,7 +899,7 @@ fn handshake_gives_up_after_5s() {
     assert_eq!(w.ended, vec![CloseReason::HandshakeTimeout, CloseReason::HandshakeTimeout]);
 }
 
-// ---------------------------------------------------------------- §6.4 lane
+// ---------------------------------------------------------------- docs/client.md, Release lane lane
 
 fn ticket(w: &mut World) -> Grant {
     let op = w.acquire("k", 5.0, 30.0, 0.0);
@@ -888,7 +930,7 @@ fn release_r_is_true_n_is_false() {
 
 #[test]
 fn acquires_round_robin_over_both_connections_even_with_releases_in_between() {
-    // SPEC §6.1: with one address, two connections, round-robin. The lane's
+    // docs/client.md, Connections: with one address, two connections, round-robin. The lane's
     // releases must not shift the acquires' rotation: acquire → release in a
     // loop (a `with lock:` loop) spreads the acquires over both connections.
     let mut w = one_leader();
@@ -959,7 +1001,7 @@ fn lane_has_reserved_slots_acquires_cannot_take() {
     assert_eq!(w.releases_seen().len(), 1, "the release still goes out");
 }
 
-// ---------------------------------------------------------------- §6.3 step 7
+// ---------------------------------------------------------------- docs/client.md, Acquire step 7
 
 #[test]
 fn cancel_unsent_sends_nothing() {

@@ -86,7 +86,7 @@ pub async fn serve<S>(
 {
     let (mut rd, mut wr) = tokio::io::split(stream);
     let (answers_tx, mut answers_rx) = mpsc::channel(ctx.max_pending.saturating_add(8));
-    let snonce = auth::os_nonce();
+    let snonce = auth::nonce(&mut rand_core::OsRng);
     let mut conn = Conn {
         id,
         ctx,

@@ -9,6 +9,8 @@ use crate::listener::Listener;
 use crate::manager::{self, ManagerHandle, Metrics};
 use crate::replication::{Replicator, Standalone};
 use anyhow::{anyhow, bail, Context, Result};
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
@@ -133,24 +135,16 @@ pub async fn run_with(
 
 /// TLS for the client port from PEM files (rustls 0.23 with the ring provider).
 pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor> {
-    let certs = {
-        let mut reader = std::io::BufReader::new(
-            std::fs::File::open(cert).with_context(|| format!("opening --tls-cert {}", cert.display()))?,
-        );
-        rustls_pemfile::certs(&mut reader)
-            .collect::<Result<Vec<_>, _>>()
-            .with_context(|| format!("reading certificates from {}", cert.display()))?
-    };
+    let certs = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .with_context(|| format!("reading certificates from --tls-cert {}", cert.display()))?;
     if certs.is_empty() {
         bail!("--tls-cert {} holds no PEM certificate", cert.display());
     }
-    let key = {
-        let mut reader = std::io::BufReader::new(
-            std::fs::File::open(key).with_context(|| format!("opening --tls-key {}", key.display()))?,
-        );
-        rustls_pemfile::private_key(&mut reader)
-            .with_context(|| format!("reading the private key from {}", key.display()))?
-            .ok_or_else(|| anyhow!("--tls-key {} holds no PEM private key", key.display()))?
+    let key = match PrivateKeyDer::from_pem_file(key) {
+        Ok(k) => k,
+        Err(pem::Error::NoItemsFound) => bail!("--tls-key {} holds no PEM private key", key.display()),
+        Err(e) => return Err(e).with_context(|| format!("reading the private key from --tls-key {}", key.display())),
     };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let server = rustls::ServerConfig::builder_with_provider(provider)

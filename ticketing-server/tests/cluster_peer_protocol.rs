@@ -7,7 +7,7 @@ use cluster_common::*;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
-use ticketing_proto::auth::{mac, os_nonce, verify, Label};
+use ticketing_proto::auth::{mac, nonce, verify, Label};
 use ticketing_proto::Hex32;
 
 fn connect(port: u16) -> (TcpStream, BufReader<TcpStream>, Hex32) {
@@ -42,7 +42,7 @@ fn peer_handshake_target_check_and_bad_frames() {
 
     // Wrong peer token.
     let (mut s, mut r, snonce) = connect(port);
-    let cnonce = os_nonce();
+    let cnonce = nonce(&mut rand_core::OsRng);
     let bad = mac(b"wrong", Label::PeerClient, &snonce, &cnonce);
     s.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), bad.to_hex_string()).as_bytes()).unwrap();
     let mut line = String::new();
@@ -51,7 +51,7 @@ fn peer_handshake_target_check_and_bad_frames() {
 
     // The right (empty) token; the client label is not accepted as the server's.
     let (mut s, mut r, snonce) = connect(port);
-    let cnonce = os_nonce();
+    let cnonce = nonce(&mut rand_core::OsRng);
     let good = mac(b"", Label::PeerClient, &snonce, &cnonce);
     s.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), good.to_hex_string()).as_bytes()).unwrap();
     let mut line = String::new();

@@ -12,7 +12,7 @@ async fn auth_off_accepts_any_cmac_and_answers_with_the_empty_token() {
     let mut c = Client::raw(&s.addr).await;
     // The greeting comes at once, before the client says anything.
     let snonce = c.greeting().await;
-    let cnonce = auth::os_nonce();
+    let cnonce = auth::nonce(&mut rand_core::OsRng);
     let garbage = auth::mac(b"whatever", Label::Client, &snonce, &cnonce);
     c.send(format!("AUTH {} {}\n", cnonce.to_hex_string(), garbage.to_hex_string()).as_bytes()).await;
     let smac = auth::mac(b"", Label::Server, &snonce, &cnonce);
@@ -60,7 +60,7 @@ async fn replayed_auth_fails_on_a_new_connection() {
     let s = Server::with(&[], &["--client-tokens-file", file.to_str().unwrap()]);
     let mut first = Client::raw(&s.addr).await;
     first.greeting().await;
-    let cnonce = auth::os_nonce();
+    let cnonce = auth::nonce(&mut rand_core::OsRng);
     let line = first.auth_line(b"secret", &cnonce);
     first.send(line.as_bytes()).await;
     assert!(first.line().await.starts_with("OK leader "));
@@ -130,7 +130,7 @@ async fn malformed_auth_is_bad_frame_and_oversized_is_too_large() {
 async fn second_auth_after_ok_is_bad_frame() {
     let s = Server::start();
     let mut c = s.client().await;
-    let line = c.auth_line(b"", &auth::os_nonce());
+    let line = c.auth_line(b"", &auth::nonce(&mut rand_core::OsRng));
     c.send(line.as_bytes()).await;
     c.expect_error("bad_frame").await;
 }
@@ -148,7 +148,7 @@ async fn auth_and_requests_in_one_packet() {
     let s = Server::start();
     let mut c = Client::raw(&s.addr).await;
     let snonce = c.greeting().await;
-    let cnonce = auth::os_nonce();
+    let cnonce = auth::nonce(&mut rand_core::OsRng);
     let mut bytes = c.auth_line(b"", &cnonce).into_bytes();
     bytes.extend_from_slice(b"P 1\nP 2\n");
     c.send(&bytes).await;

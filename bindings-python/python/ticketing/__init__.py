@@ -94,9 +94,11 @@ class TicketBroker:
     @classmethod
     def connect(cls, addr: str) -> "TicketBroker":
         """A broker for one address, e.g. ``"127.0.0.1:5225"`` (no token, no
-        TLS). Returns once the first connection attempts have settled (ready
-        or failed, at most 5 s; a refused address returns at once); the broker
-        is returned either way and keeps reconnecting in the background."""
+        TLS). Returns as soon as a request could be routed, or once every
+        first connection attempt has settled (failed: at most the 5 s
+        handshake limit; a refused address returns at once), whichever comes
+        first; the broker is returned either way and keeps reconnecting in
+        the background."""
         self = cls.__new__(cls)
         self._native = _native.Broker.connect(addr)
         return self

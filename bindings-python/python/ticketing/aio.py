@@ -16,7 +16,7 @@ Example::
 Every operation runs on the client's background runtime and completes an
 asyncio future through ``loop.call_soon_threadsafe``; the event loop never
 blocks. Cancelling a task that awaits :meth:`TicketBroker.acquire` cancels
-the acquire (SPEC §6.3 step 7): not yet sent → nothing happens; possibly
+the acquire (docs/client.md, Acquire step 7): not yet sent → nothing happens; possibly
 sent → the client closes that connection, and a grant that still arrives is
 released by the client.
 """
@@ -57,7 +57,7 @@ async def _run(start: Callable[[_Done], _native.Pending]) -> Any:
     """Starts a native operation and awaits its result.
 
     Cancelling the awaiting task cancels the native operation (drops the
-    Rust future: SPEC §6.3 step 7 for an acquire) and waits, bounded, until
+    Rust future: docs/client.md, Acquire step 7 for an acquire) and waits, bounded, until
     the future is gone, so the client has taken the cancel before the
     ``CancelledError`` propagates."""
     loop = asyncio.get_running_loop()

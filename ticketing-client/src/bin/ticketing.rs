@@ -19,7 +19,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
-use ticketing_client::{Error, Ticket, TicketBroker, Tls};
+use ticketing_client::{Builder, Error, Ticket, TicketBroker, Tls};
 use tokio::signal::unix::{signal, SignalKind};
 
 /// Exit codes of `ticketing` (documented in docs/client.md).
@@ -126,9 +126,20 @@ fn seconds(name: &str, v: f64) -> Result<Duration, u8> {
 }
 
 async fn run(cli: Cli) -> u8 {
-    let broker = match connect(&cli) {
+    let builder = match builder(&cli) {
         Ok(b) => b,
         Err(c) => return c,
+    };
+    // `lock` connects first (like `TicketBroker::connect`: until a request could
+    // be routed or the first attempts settled), so `--wait 0` is one attempt at
+    // the lock, not at the socket; `ping` measures the connection itself.
+    let broker = match cli.command {
+        Command::Lock(_) => builder.connect().await,
+        Command::Ping(_) => builder.build(),
+    };
+    let broker = match broker {
+        Ok(b) => b,
+        Err(e) => return usage(e),
     };
     let status = match cli.command {
         Command::Lock(args) => lock(&broker, args).await,
@@ -138,13 +149,13 @@ async fn run(cli: Cli) -> u8 {
     status
 }
 
-fn connect(cli: &Cli) -> Result<TicketBroker, u8> {
+fn builder(cli: &Cli) -> Result<Builder, u8> {
     let tls: Tls = cli.tls.parse().map_err(usage)?;
     let mut builder = TicketBroker::builder(cli.addrs.iter().map(|a| a.trim().to_owned())).tls(tls);
     if let Some(path) = &cli.token_file {
         builder = builder.token(read_token(path).map_err(usage)?);
     }
-    builder.build().map_err(usage)
+    Ok(builder)
 }
 
 /// The token is the first line of the file (a trailing CR is dropped).

@@ -65,6 +65,9 @@ pub struct Behavior {
     pub answer_pings: bool,
     /// Close every connection at once after accepting it.
     pub hang_up_at_once: bool,
+    /// Connections from this index on (0-based) are accepted but never
+    /// greeted: a hung handshake. `Some(0)`: a silent server.
+    pub silent_from: Option<usize>,
     /// The answer to each request line (`A`/`R`).
     pub script: Box<Script>,
 }
@@ -79,6 +82,7 @@ impl Default for Behavior {
             after_first_ok: vec![],
             answer_pings: true,
             hang_up_at_once: false,
+            silent_from: None,
             script: Box::new(|_| vec![]),
         }
     }
@@ -221,6 +225,13 @@ where
     if b.hang_up_at_once {
         return;
     }
+    if b.silent_from.is_some_and(|from| conn >= from) {
+        // Hold the socket open, say nothing, until the client hangs up.
+        let mut stream = Box::pin(stream);
+        let mut sink = [0u8; 64];
+        while matches!(tokio::io::AsyncReadExt::read(&mut stream, &mut sink).await, Ok(n) if n > 0) {}
+        return;
+    }
     let (rd, mut wr) = tokio::io::split(stream);
     let (tx, mut rx) = mpsc::unbounded_channel::<Option<String>>();
     let writer = tokio::spawn(async move {
@@ -231,7 +242,7 @@ where
         }
         let _ = wr.shutdown().await;
     });
-    let snonce = auth::os_nonce();
+    let snonce = auth::nonce(&mut rand_core::OsRng);
     let _ = tx.send(Some(format!("TICKETING 1 {}", snonce.to_hex_string())));
     let mut lines = BufReader::new(rd);
     let mut buf = Vec::new();

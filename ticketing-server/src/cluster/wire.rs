@@ -247,7 +247,7 @@ where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let snonce = auth::os_nonce();
+    let snonce = auth::nonce(&mut rand_core::OsRng);
     w.write_all(format!("TICKETING-PEER 1 {}\n", snonce.to_hex_string()).as_bytes()).await?;
     let line = match tokio::time::timeout(limit, read_line(r)).await {
         Ok(l) => l?,
@@ -293,7 +293,7 @@ where
         Some(Ok(n)) => n,
         _ => return Err(WireError::Protocol(format!("bad peer greeting {greeting:?}"))),
     };
-    let cnonce = auth::os_nonce();
+    let cnonce = auth::nonce(&mut rand_core::OsRng);
     let cmac = auth::mac(token, Label::PeerClient, &snonce, &cnonce);
     w.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), cmac.to_hex_string()).as_bytes()).await?;
     w.flush().await?;

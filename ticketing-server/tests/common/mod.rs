@@ -140,7 +140,7 @@ pub fn temp_file(text: &str) -> PathBuf {
 
 /// A fresh unique owner.
 pub fn owner() -> String {
-    let n = auth::os_nonce();
+    let n = auth::nonce(&mut rand_core::OsRng);
     n.to_hex_string()[..32].to_owned()
 }
 
@@ -207,7 +207,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
     /// smac, `Err(line)` with the server's line otherwise.
     pub async fn auth_role(&mut self, token: &[u8]) -> Result<String, String> {
         let snonce = self.greeting().await;
-        let cnonce = auth::os_nonce();
+        let cnonce = auth::nonce(&mut rand_core::OsRng);
         let line = self.auth_line(token, &cnonce);
         self.send(line.as_bytes()).await;
         let ok = self.line().await;

@@ -1,0 +1,120 @@
+//! Acquires (docs/client.md, Acquire): start, cancel, the answer with its
+//! conservative-deadline check, and the end of the `wait` budget.
+
+use super::*;
+
+impl Broker {
+    /// Starts an acquire (docs/client.md, Acquire): a fresh owner, then routing within the
+    /// `wait` budget. The result comes as [`BrokerEvent::Acquired`].
+    pub fn acquire(&mut self, now: Instant, params: &AcquireParams) -> OpId {
+        let op = self.alloc_op();
+        if self.phase != Phase::Open {
+            self.events.push_back(BrokerEvent::Acquired { op, result: Err(Failure::Closed) });
+            return op;
+        }
+        let owner = params::owner(&mut &mut *self.rng);
+        let budget_deadline = now + Duration::from_secs(u64::from(params.wait));
+        self.ops.insert(
+            op,
+            AcquireOp {
+                key: params.key.clone(),
+                owner,
+                wait: params.wait,
+                lease: params.lease,
+                budget: Duration::from_secs(u64::from(params.budget)),
+                budget_deadline,
+                state: OpState::Waiting,
+            },
+        );
+        self.waiting.push_back(op);
+        self.timers.set(Timer::Budget(op), budget_deadline);
+        self.dispatch(now);
+        // `wait` 0 (or a budget already spent): one routing attempt, no waiting.
+        if self.ops.get(&op).map(|o| o.state) == Some(OpState::Waiting) && budget_deadline <= now {
+            self.expire_waiting(op);
+        }
+        op
+    }
+
+    /// Cancels acquire `op` (docs/client.md, Acquire step 7): an unsent one just disappears;
+    /// for a possibly-sent one the session is closed (its other possibly-sent
+    /// acquires become Indeterminate). No event is reported for `op`.
+    pub fn cancel(&mut self, now: Instant, op: OpId) {
+        let Some(a) = self.ops.remove(&op) else { return };
+        self.timers.clear(Timer::Budget(op));
+        match a.state {
+            OpState::Waiting => self.waiting.retain(|w| *w != op),
+            OpState::Sent(conn) => {
+                let Some(&slot) = self.conn_slot.get(&conn) else { return };
+                let Some(c) = self.slots[slot].conn.as_mut() else { return };
+                match c.session.cancel(op) {
+                    CancelOutcome::Unsent | CancelOutcome::NotFound => {}
+                    CancelOutcome::PossiblySent => {
+                        c.session.close(CloseReason::Cancelled);
+                        self.after_session(now, slot);
+                    }
+                }
+                self.sync_session_timer(slot);
+                self.dispatch(now);
+            }
+        }
+    }
+
+    pub(super) fn on_answer(&mut self, now: Instant, op: OpId, answer: Answer) {
+        if self.lane.contains(op) {
+            match answer {
+                Answer::Released => self.lane.answer(op, true),
+                Answer::NotHolder => self.lane.answer(op, false),
+                _ => {}
+            }
+            self.drain_lane();
+            self.sync_lane_timer();
+            return;
+        }
+        let Some(a) = self.ops.remove(&op) else {
+            // The caller is gone (closed): a grant it will never see is compensated.
+            if let Answer::Granted { key, owner, token, .. } = answer {
+                self.enqueue_compensation(now, ExactGrant { key, owner, token });
+            }
+            return;
+        };
+        self.timers.clear(Timer::Budget(op));
+        let result = match answer {
+            Answer::Granted { token, waited_ms, t_send, .. } => {
+                match deadline::check(t_send, waited_ms, a.lease, a.budget, now) {
+                    Verdict::Ticket { deadline } => {
+                        let grant = Grant { id: op, key: a.key, owner: a.owner, token, deadline };
+                        self.live.insert(op, grant.exact());
+                        Ok(Some(grant))
+                    }
+                    Verdict::InsufficientTime => {
+                        self.enqueue_compensation(now, ExactGrant { key: a.key, owner: a.owner, token });
+                        Err(Failure::InsufficientTime)
+                    }
+                }
+            }
+            Answer::Timeout => Ok(None),
+            Answer::Busy => Err(Failure::Busy),
+            Answer::Released | Answer::NotHolder => Err(Failure::Indeterminate),
+        };
+        self.events.push_back(BrokerEvent::Acquired { op, result });
+    }
+
+    pub(super) fn expire_waiting(&mut self, op: OpId) {
+        if self.ops.remove(&op).is_none() {
+            return;
+        }
+        self.waiting.retain(|w| *w != op);
+        self.timers.clear(Timer::Budget(op));
+        let failure = if self.slots.iter().any(|s| s.auth_failed) { Failure::AuthFailed } else { Failure::Unavailable };
+        self.events.push_back(BrokerEvent::Acquired { op, result: Err(failure) });
+    }
+
+    /// A grant the caller could not take (e.g. its result had nowhere to go):
+    /// release it through the lane as a compensation.
+    pub fn compensate(&mut self, now: Instant, grant: &Grant) {
+        self.live.remove(&grant.id);
+        self.enqueue_compensation(now, grant.exact());
+        self.dispatch(now);
+    }
+}

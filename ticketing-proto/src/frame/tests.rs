@@ -1,0 +1,258 @@
+//! Byte-level tests of the frame codec.
+
+use super::*;
+
+fn client(line: &[u8]) -> Result<Option<(ClientFrame, usize)>, FrameError> {
+    decode_client(line)
+}
+
+fn k(s: &str) -> Key {
+    Key::new(s.to_owned()).unwrap()
+}
+
+fn o(s: &str) -> Owner {
+    Owner::new(s.to_owned()).unwrap()
+}
+
+#[test]
+fn acquire_round_trip_bytes() {
+    let f = ClientFrame::Acquire { id: RequestId(7), key: k("seat-1"), owner: o("ab12"), wait: 5, lease: 30 };
+    assert_eq!(&f.to_bytes()[..], b"A 7 seat-1 ab12 5 30\n");
+    assert_eq!(client(b"A 7 seat-1 ab12 5 30\n").unwrap(), Some((f, 21)));
+}
+
+#[test]
+fn release_and_ping_bytes() {
+    let r = ClientFrame::Release { id: RequestId(0), key: k("k"), owner: o("o"), token: Token::new(9).unwrap() };
+    assert_eq!(&r.to_bytes()[..], b"R 0 k o 9\n");
+    assert_eq!(client(b"R 0 k o 9\n").unwrap().unwrap().0, r);
+    assert_eq!(&ClientFrame::Ping { id: RequestId(18446744073709551615) }.to_bytes()[..], b"P 18446744073709551615\n");
+    assert_eq!(client(b"P 3\n").unwrap().unwrap().0, ClientFrame::Ping { id: RequestId(3) });
+}
+
+#[test]
+fn incomplete_is_not_an_error() {
+    assert_eq!(client(b"").unwrap(), None);
+    assert_eq!(client(b"A 1 k o 0").unwrap(), None);
+    assert_eq!(client(&[b'x'; 511]).unwrap(), None);
+}
+
+#[test]
+fn too_large_versus_legal_512() {
+    assert_eq!(client(&[b'x'; 512]), Err(FrameError::TooLarge));
+    // 512 bytes including LF is legal size: a 250-byte key and 64-byte owner fit.
+    let mut line = b"A 1 ".to_vec();
+    line.extend(std::iter::repeat_n(b'k', 250));
+    line.push(b' ');
+    line.extend(std::iter::repeat_n(b'o', 64));
+    line.extend(b" 255 250\n");
+    assert!(line.len() < 512);
+    assert!(client(&line).unwrap().is_some());
+    // exactly 512 with the LF: size is fine, content decides (here: unknown type).
+    let mut exact = vec![b'x'; 511];
+    exact.push(b'\n');
+    assert!(matches!(client(&exact), Err(FrameError::BadFrame(_))));
+    let mut over = vec![b'x'; 512];
+    over.push(b'\n');
+    assert_eq!(client(&over), Err(FrameError::TooLarge));
+}
+
+#[test]
+fn malformed_cases_are_bad_frame() {
+    let cases: &[&[u8]] = &[
+        b"\n",
+        b"A 1 k o 0 5\r\n",
+        b"A 1 k o 0  5\n",
+        b"A 1 k o 0 5 \n",
+        b" A 1 k o 0 5\n",
+        b"A\t1 k o 0 5\n",
+        b"A 01 k o 0 5\n",
+        b"A -1 k o 0 5\n",
+        b"A +1 k o 0 5\n",
+        b"A 1 k o 00 5\n",
+        b"A 1 k o 256 5\n",
+        b"A 1 k o 0 0\n",
+        b"A 1 k o 0 251\n",
+        b"A 1 k o 0 05\n",
+        b"A 1 k o 0\n",
+        b"A 1 k o 0 5 6\n",
+        b"A 18446744073709551616 k o 0 5\n",
+        b"A 1 k\x80 o 0 5\n",
+        b"A 1 k o\x7f 0 5\n",
+        b"R 1 k o 0\n",
+        b"R 1 k o 9223372036854775808\n",
+        b"R 1 k o 01\n",
+        b"R 1 k o\n",
+        b"P\n",
+        b"P 1 2\n",
+        b"P x\n",
+        b"Q 1\n",
+        b"a 1 k o 0 5\n",
+        b"AUTH 00 11\n",
+        b"AUTH\n",
+    ];
+    for case in cases {
+        assert!(matches!(client(case), Err(FrameError::BadFrame(_))), "{:?}", String::from_utf8_lossy(case));
+    }
+    let long_key = format!("A 1 {} o 0 5\n", "k".repeat(251));
+    assert!(matches!(client(long_key.as_bytes()), Err(FrameError::BadFrame(_))));
+    let long_owner = format!("A 1 k {} 0 5\n", "o".repeat(65));
+    assert!(matches!(client(long_owner.as_bytes()), Err(FrameError::BadFrame(_))));
+    let upper = format!("AUTH {} {}\n", "A".repeat(64), "0".repeat(64));
+    assert!(matches!(client(upper.as_bytes()), Err(FrameError::BadFrame(_))));
+    assert!(matches!(client(b"\0\n"), Err(FrameError::BadFrame(_))));
+}
+
+#[test]
+fn limits_accepted() {
+    assert!(client(b"A 0 k o 255 250\n").unwrap().is_some());
+    assert!(client(b"A 1 k o 0 1\n").unwrap().is_some());
+    assert!(client(b"R 1 k o 9223372036854775807\n").unwrap().is_some());
+    assert!(client(b"R 1 ~!#$ o 1\n").unwrap().is_some());
+}
+
+#[test]
+fn auth_frame() {
+    let line = format!("AUTH {} {}\n", "ab".repeat(32), "01".repeat(32));
+    let (f, n) = client(line.as_bytes()).unwrap().unwrap();
+    assert_eq!(n, line.len());
+    assert_eq!(f, ClientFrame::Auth { cnonce: Hex32([0xab; 32]), cmac: Hex32([0x01; 32]) });
+    assert_eq!(f.to_bytes(), line.as_bytes());
+}
+
+#[test]
+fn server_frames_bytes() {
+    let t = Token::new(1700000000000000).unwrap();
+    let cases: Vec<(ServerFrame, &[u8])> = vec![
+        (
+            ServerFrame::Granted { id: RequestId(1), key: k("k"), owner: o("o"), token: t, waited_ms: 12 },
+            b"A 1 k o 1700000000000000 12\n",
+        ),
+        (ServerFrame::Timeout { id: RequestId(2), key: k("k") }, b"T 2 k\n"),
+        (ServerFrame::Busy { id: RequestId(3), key: k("k") }, b"B 3 k\n"),
+        (ServerFrame::Released { id: RequestId(4), key: k("k") }, b"R 4 k\n"),
+        (ServerFrame::NotHolder { id: RequestId(5), key: k("k") }, b"N 5 k\n"),
+        (ServerFrame::Pong { id: RequestId(6) }, b"P 6\n"),
+        (ServerFrame::Moved { addr: Addr::new("10.0.0.1:5225").unwrap() }, b"M 10.0.0.1:5225\n"),
+        (ServerFrame::Leader { addr: Addr::new("h:1").unwrap() }, b"L h:1\n"),
+        (ServerFrame::error(ErrorCode::BadFrame), b"E bad_frame\n"),
+        (
+            ServerFrame::Error { code: ErrorCode::Internal, text: Some("oops it broke".into()) },
+            b"E internal oops it broke\n",
+        ),
+        (ServerFrame::Ok { role: Role::Follower, smac: Hex32([0xff; 32]) }, b""),
+        (ServerFrame::Greeting { snonce: Hex32([0; 32]) }, b""),
+    ];
+    for (frame, bytes) in cases {
+        let enc = frame.to_bytes();
+        if !bytes.is_empty() {
+            assert_eq!(&enc[..], bytes);
+        }
+        assert_eq!(decode_server(&enc).unwrap(), Some((frame, enc.len())));
+    }
+    assert_eq!(
+        decode_server(b"E what ever\n").unwrap().unwrap().0,
+        ServerFrame::Error { code: ErrorCode::Other("what".into()), text: Some("ever".into()) }
+    );
+}
+
+#[test]
+fn server_malformed() {
+    for case in [
+        &b"A 1 k o 0 5\n"[..],
+        b"A 1 k o 5 4294967296\n",
+        b"TICKETING 2 00\n",
+        b"OK boss 00\n",
+        b"E\n",
+        b"E \n",
+        b"E x \n",
+        b"T 1\n",
+        b"M\n",
+        b"Z\n",
+    ] {
+        assert!(matches!(decode_server(case), Err(FrameError::BadFrame(_))), "{:?}", String::from_utf8_lossy(case));
+    }
+}
+
+#[test]
+fn error_text_is_sanitized_and_bounded() {
+    let f = ServerFrame::Error { code: ErrorCode::Internal, text: Some(format!("a\tb  c \n{}", "x".repeat(900))) };
+    let enc = f.to_bytes();
+    assert!(enc.len() <= MAX_FRAME);
+    assert!(enc.starts_with(b"E internal a?b c ?xxx"));
+    assert!(decode_server(&enc).unwrap().is_some());
+}
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn field(max: usize) -> impl Strategy<Value = String> {
+        proptest::collection::vec(0x21u8..=0x7E, 1..=max).prop_map(|v| String::from_utf8(v).unwrap())
+    }
+
+    fn client_frame() -> impl Strategy<Value = ClientFrame> {
+        prop_oneof![
+            (any::<u64>(), field(250), field(64), any::<u8>(), 1u8..=250).prop_map(|(id, key, owner, wait, lease)| {
+                ClientFrame::Acquire { id: RequestId(id), key: k(&key), owner: o(&owner), wait, lease }
+            }),
+            (any::<u64>(), field(250), field(64), 1u64..TOKEN_LIMIT).prop_map(|(id, key, owner, t)| {
+                ClientFrame::Release {
+                    id: RequestId(id),
+                    key: k(&key),
+                    owner: o(&owner),
+                    token: Token::new(t).unwrap(),
+                }
+            }),
+            any::<u64>().prop_map(|id| ClientFrame::Ping { id: RequestId(id) }),
+            (any::<[u8; 32]>(), any::<[u8; 32]>())
+                .prop_map(|(a, b)| ClientFrame::Auth { cnonce: Hex32(a), cmac: Hex32(b) }),
+        ]
+    }
+
+    fn server_frame() -> impl Strategy<Value = ServerFrame> {
+        prop_oneof![
+            (any::<u64>(), field(250), field(64), 1u64..TOKEN_LIMIT, any::<u32>()).prop_map(
+                |(id, key, owner, t, w)| ServerFrame::Granted {
+                    id: RequestId(id),
+                    key: k(&key),
+                    owner: o(&owner),
+                    token: Token::new(t).unwrap(),
+                    waited_ms: w
+                }
+            ),
+            (any::<u64>(), field(250)).prop_map(|(id, key)| ServerFrame::Timeout { id: RequestId(id), key: k(&key) }),
+            (any::<u64>(), field(250)).prop_map(|(id, key)| ServerFrame::NotHolder { id: RequestId(id), key: k(&key) }),
+            field(255).prop_map(|a| ServerFrame::Leader { addr: Addr::new(a).unwrap() }),
+            "[a-z_]{1,20}( [!-~]{1,10}( [!-~]{1,10}){0,3})?".prop_map(|s| {
+                let mut it = s.splitn(2, ' ');
+                let code = ErrorCode::parse(it.next().unwrap().as_bytes());
+                ServerFrame::Error { code, text: it.next().map(str::to_owned) }
+            }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn client_round_trip(f in client_frame()) {
+            let enc = f.to_bytes();
+            prop_assert!(enc.len() <= MAX_FRAME);
+            prop_assert_eq!(decode_client(&enc).unwrap(), Some((f, enc.len())));
+        }
+
+        #[test]
+        fn server_round_trip(f in server_frame()) {
+            let enc = f.to_bytes();
+            prop_assert!(enc.len() <= MAX_FRAME);
+            prop_assert_eq!(decode_server(&enc).unwrap(), Some((f, enc.len())));
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..700)) {
+            let c = decode_client(&bytes);
+            let s = decode_server(&bytes);
+            if let Ok(Some((_, n))) = c { prop_assert!(n <= MAX_FRAME && bytes[n - 1] == b'\n'); }
+            if let Ok(Some((_, n))) = s { prop_assert!(n <= MAX_FRAME && bytes[n - 1] == b'\n'); }
+        }
+    }
+}
