@@ -61,11 +61,14 @@ class Languages:
     def _cargo_build(self, pkgs: List[str]) -> bool:
         if not shutil.which("cargo"):
             return False
-        flags = ["--release"] if self.profile == "release" else []
-        args = " ".join(flags + [f"-p {p}" for p in pkgs])
-        self.log(f"cargo build {args} (the first time takes a few minutes)")
-        argv = ["cargo", "build", "-q"] + flags + [x for p in pkgs for x in ("-p", p)]
-        return subprocess.run(argv, cwd=ROOT).returncode == 0
+        if self.profile == "release":
+            args = ["--release"] + [x for p in pkgs for x in ("-p", p)]
+        else:
+            # Exactly what scripts/test builds, so that its debug builds are reused as they are
+            # (other package sets unify features differently and rebuild much of the tree).
+            args = ["--workspace", "--exclude", "ticketing-python", "--all-targets"]
+        self.log(f"cargo build {' '.join(args)} (a no-op when up to date; the first time takes minutes)")
+        return subprocess.run(["cargo", "build", "-q"] + args, cwd=ROOT).returncode == 0
 
     def _built(self, name: str) -> str:
         return os.path.join(self.target, self.profile, name)
