@@ -2,7 +2,7 @@
 to start it. Every seller takes the same arguments (see README.md):
 
     --addrs A,B,C --db URL --event KEY --name NAME --lease SECS --deadline SECS
-    [--pause-file PATH] [--no-fence]
+    [--wait-start] [--pause-after-sales K] [--no-fence]
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@
 // the arguments are described in examples/README.md.
 // SQLite: better-sqlite3@12 (13 crashes on Node 20); PostgreSQL: pg.
 
-const fs = require('node:fs');
 const readline = require('node:readline');
 const { parseArgs } = require('node:util');
 const { TicketBroker, TicketingError } = require('ticketing');
@@ -114,7 +113,7 @@ function openStore(url) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-// One line from stdin (the demo's "go" after the chaos pause).
+// One line from stdin (the demo's "start", and its "go" after the chaos pause).
 function readLine() {
   return new Promise((resolve) => {
     const rl = readline.createInterface({ input: process.stdin });
@@ -129,13 +128,15 @@ async function main() {
       addrs: { type: 'string' }, db: { type: 'string' }, event: { type: 'string' }, name: { type: 'string' },
       lease: { type: 'string', default: '5' }, wait: { type: 'string', default: '10' },
       'work-ms': { type: 'string', default: '10' }, deadline: { type: 'string', default: '300' },
-      'pause-file': { type: 'string' }, 'no-fence': { type: 'boolean', default: false },
+      'pause-after-sales': { type: 'string' }, 'wait-start': { type: 'boolean', default: false },
+      'no-fence': { type: 'boolean', default: false },
     },
   });
   for (const k of ['addrs', 'db', 'event', 'name']) {
     if (!o[k]) throw new Error(`seller.js: --${k} is required`);
   }
   const [lease, wait, workMs, deadlineS] = [o.lease, o.wait, o['work-ms'], o.deadline].map(Number);
+  const pauseAfter = o['pause-after-sales'] === undefined ? null : Number(o['pause-after-sales']);
   const name = o.name;
   const log = (msg) => process.stderr.write(`${name}: ${msg}\n`);
   const counts = {
@@ -154,6 +155,10 @@ async function main() {
   let paused = false;
   const end = Date.now() + deadlineS * 1000;
   if (!(await broker.waitReady(10))) log('no leader within 10 s; trying anyway');
+  if (o['wait-start']) {
+    process.stdout.write('READY\n');
+    await readLine();
+  }
 
   for (;;) {
     if (Date.now() > end) {
@@ -185,7 +190,7 @@ async function main() {
         done = true;
       } else {
         const seat = seats - remaining + 1;
-        if (o['pause-file'] && !paused && fs.existsSync(o['pause-file'])) {
+        if (pauseAfter !== null && !paused && counts.sold >= pauseAfter) {
           paused = true;
           process.stdout.write(`HOLDING token=${ticket.token} seat=${seat}\n`);
           await readLine();

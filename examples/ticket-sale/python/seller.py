@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import random
 import sqlite3
 import sys
@@ -135,7 +134,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--wait", type=int, default=10, help="queue wait in seconds (default 10)")
     p.add_argument("--work-ms", type=int, default=10, help="simulated work between read and write (default 10)")
     p.add_argument("--deadline", type=float, default=300, help="give up after this many seconds (default 300)")
-    p.add_argument("--pause-file", help="once this file exists: announce HOLDING and wait for a line on stdin")
+    p.add_argument("--wait-start", action="store_true",
+                   help="once connected: print READY and wait for a line on stdin before selling")
+    p.add_argument("--pause-after-sales", type=int, default=None,
+                   help="after this many sales, at the next grant: print HOLDING and wait for a line on stdin")
     p.add_argument("--no-fence", action="store_true", help="write without the fence (demonstration only)")
     return p.parse_args()
 
@@ -161,6 +163,9 @@ def main() -> int:
 
     if not broker.wait_ready(10):
         log("no leader within 10 s; trying anyway")
+    if a.wait_start:
+        print("READY", flush=True)
+        sys.stdin.readline()
     done = False
     while not done:
         if time.monotonic() > end:
@@ -192,7 +197,7 @@ def main() -> int:
                 done = True
             else:
                 seat = seats - remaining + 1
-                if a.pause_file and not paused and os.path.exists(a.pause_file):
+                if a.pause_after_sales is not None and not paused and counts["sold"] >= a.pause_after_sales:
                     paused = True
                     print(f"HOLDING token={ticket.token} seat={seat}", flush=True)
                     sys.stdin.readline()

@@ -91,7 +91,7 @@ def open_store(url)
   SqliteStore.new(url.sub(%r{\Asqlite://}, "").sub(/\Asqlite:/, ""))
 end
 
-opts = { lease: 5, wait: 10, work_ms: 10, deadline: 300.0, pause_file: nil, fence: true }
+opts = { lease: 5, wait: 10, work_ms: 10, deadline: 300.0, pause_after_sales: nil, wait_start: false, fence: true }
 OptionParser.new do |o|
   o.banner = "A fenced ticket seller (Ruby)."
   o.on("--addrs LIST", "comma-separated server addresses") { |v| opts[:addrs] = v.split(",") }
@@ -102,7 +102,10 @@ OptionParser.new do |o|
   o.on("--wait SECS", Integer) { |v| opts[:wait] = v }
   o.on("--work-ms MS", Integer) { |v| opts[:work_ms] = v }
   o.on("--deadline SECS", Float) { |v| opts[:deadline] = v }
-  o.on("--pause-file PATH") { |v| opts[:pause_file] = v }
+  o.on("--wait-start", "print READY once connected and wait for a line on stdin") { opts[:wait_start] = true }
+  o.on("--pause-after-sales N", Integer, "after N sales, at the next grant: print HOLDING, wait for a line") do |v|
+    opts[:pause_after_sales] = v
+  end
   o.on("--no-fence", "write without the fence (demonstration only)") { opts[:fence] = false }
 end.parse!
 %i[addrs db event name].each { |k| abort("seller.rb: --#{k} is required") unless opts[k] }
@@ -125,6 +128,10 @@ paused = false
 deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + opts[:deadline]
 
 log.call("no leader within 10 s; trying anyway") unless broker.wait_ready(10)
+if opts[:wait_start]
+  puts "READY"
+  $stdin.gets
+end
 loop do
   if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
     log.call("deadline of #{opts[:deadline]} s passed")
@@ -159,7 +166,7 @@ loop do
       done = true
     else
       seat = seats - remaining + 1
-      if opts[:pause_file] && !paused && File.exist?(opts[:pause_file])
+      if opts[:pause_after_sales] && !paused && counts[:sold] >= opts[:pause_after_sales]
         paused = true
         puts "HOLDING token=#{ticket.token} seat=#{seat}"
         $stdin.gets

@@ -9,7 +9,6 @@
 use clap::Parser;
 use rand_core::{OsRng, RngCore};
 use std::io::{BufRead, Write};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use ticketing_client::{Error, TicketBroker};
@@ -44,9 +43,12 @@ struct Args {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 300.0)]
     deadline: f64,
-    /// Once this file exists: print `HOLDING token=… seat=…` and wait for a line on stdin.
+    /// Once connected: print `READY` and wait for a line on stdin before selling.
     #[arg(long)]
-    pause_file: Option<PathBuf>,
+    wait_start: bool,
+    /// After this many sales, at the next grant: print `HOLDING token=… seat=…` and wait for a line on stdin.
+    #[arg(long)]
+    pause_after_sales: Option<u64>,
     /// Write without the fence (demonstration only).
     #[arg(long)]
     no_fence: bool,
@@ -142,6 +144,11 @@ fn sell(args: &Args, store: &mut Store, rt: &tokio::runtime::Runtime, broker: &T
     if !rt.block_on(broker.wait_ready(Duration::from_secs(10))) {
         log("no leader within 10 s; trying anyway".into());
     }
+    if args.wait_start {
+        println!("READY");
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stdin().lock().read_line(&mut String::new());
+    }
     loop {
         if Instant::now() > end {
             log(format!("deadline of {} s passed", args.deadline));
@@ -178,7 +185,7 @@ fn sell(args: &Args, store: &mut Store, rt: &tokio::runtime::Runtime, broker: &T
             Ok((remaining, _)) if remaining <= 0 => done = true,
             Ok((remaining, seats)) => {
                 let seat = seats - remaining + 1;
-                if !paused && args.pause_file.as_ref().is_some_and(|p| p.exists()) {
+                if !paused && args.pause_after_sales.is_some_and(|n| counts.sold >= n) {
                     paused = true;
                     println!("HOLDING token={token} seat={seat}");
                     let _ = std::io::stdout().flush();
