@@ -1,0 +1,179 @@
+// Types of the public API of the `ticketing` package (index.js). The native
+// module's generated types are in native.d.ts (private).
+/// <reference types="node" />
+
+/** A duration in seconds; fractions are rounded UP to whole seconds. */
+export type Seconds = number
+
+/** The stable `code` of every TicketingError. */
+export type TicketingErrorCode =
+  | 'BUSY'
+  | 'INDETERMINATE'
+  | 'INSUFFICIENT_TIME'
+  | 'UNAVAILABLE'
+  | 'RELEASE_UNCONFIRMED'
+  | 'CLOSED'
+  | 'AUTH_FAILED'
+  | 'LOCK_TIMEOUT'
+  | 'TICKETING'
+
+/** Options of `new TicketBroker(addrs, options)`. */
+export interface BrokerOptions {
+  /** The shared client token (default: none). It never crosses the network. */
+  token?: string | null
+  /**
+   * `"off"` (default), `"system-roots"`, a path to a CA file (PEM), or
+   * `"insecure-skip-verify"` (tests only).
+   */
+  tls?: string | null
+}
+
+/** Options of `broker.acquire(…)`. */
+export interface AcquireOptions {
+  /**
+   * Cancels the acquire when aborted: not yet sent → nothing happens;
+   * possibly sent → the client closes that connection (the server drops the
+   * waiter) and releases a grant that still arrives. The promise rejects
+   * with `signal.reason`; an already-aborted signal rejects at once and
+   * nothing is sent.
+   */
+  signal?: AbortSignal | null
+}
+
+/** Options of `broker.withLock(key, options, fn)`. */
+export interface LockOptions extends AcquireOptions {
+  /** At most this long in the server's FIFO queue (0–255; 0 = one immediate attempt). */
+  wait: Seconds
+  /** The lease (1–250). */
+  lease: Seconds
+  /** The least work time the ticket must leave (0–lease, default 0). */
+  budget?: Seconds
+}
+
+/** A connection pool and router to a Ticketing server or cluster. */
+export declare class TicketBroker implements AsyncDisposable {
+  /**
+   * A broker for `addrs` (`"host:port"`; every member of a cluster, also
+   * the allowlist for leader hints), or a single address. Never blocks: it
+   * connects in the background (see `waitReady`).
+   * @throws {TypeError} a non-string address, token or tls
+   * @throws {RangeError} a bad address or TLS option
+   */
+  constructor(addrs: string | readonly string[], options?: BrokerOptions)
+
+  /**
+   * A broker for one address (two connections to it). Resolves once a
+   * request could be routed or the first connection attempts have settled
+   * (at most 5 s); a broker is returned either way and keeps reconnecting.
+   */
+  static connect(addr: string): Promise<TicketBroker>
+
+  /** Resolves to true once a request can be routed, false after `seconds` (or when closed). */
+  waitReady(seconds: Seconds): Promise<boolean>
+
+  /**
+   * Acquires the lock on `key` (1–250 visible ASCII bytes): waits up to
+   * `wait` seconds in the FIFO queue; the grant lives `lease` seconds;
+   * `budget` is the least time the caller needs once granted.
+   *
+   * Resolves to a Ticket, or `null` when not granted within `wait`.
+   * Rejects with BusyError, IndeterminateError (do NOT enter the critical
+   * section), InsufficientTimeError, UnavailableError, ClosedError,
+   * AuthFailedError; with TypeError/RangeError for bad arguments (nothing
+   * is sent); with `signal.reason` when aborted.
+   */
+  acquire(key: string, wait: Seconds, lease: Seconds, budget?: Seconds, options?: AcquireOptions): Promise<Ticket | null>
+  /** `acquire(key, wait, lease, { signal })`: the budget left out (0). */
+  acquire(key: string, wait: Seconds, lease: Seconds, options: AcquireOptions): Promise<Ticket | null>
+
+  /**
+   * Runs `fn(ticket)` while holding the lock and releases it afterwards,
+   * also when `fn` throws (then `fn`'s error wins). Resolves to `fn`'s
+   * value. Rejects with LockTimeoutError when not granted within `wait`,
+   * or with any error of `acquire`.
+   */
+  withLock<T>(key: string, options: LockOptions, fn: (ticket: Ticket) => T | PromiseLike<T>): Promise<T>
+
+  /**
+   * Closes the broker: pending acquires reject with ClosedError, live
+   * tickets are released best-effort, the connections close; later calls
+   * reject with ClosedError. Idempotent. Afterwards nothing of this broker
+   * keeps the process alive.
+   */
+  close(): Promise<void>
+
+  /** `await using broker = …` closes it. */
+  [Symbol.asyncDispose](): Promise<void>
+}
+
+/** A granted lock. */
+export declare class Ticket implements AsyncDisposable {
+  private constructor()
+  /** The fencing token: strictly increasing over all grants (1 ≤ token < 2^63). */
+  readonly token: bigint
+  /** The key this ticket holds. */
+  readonly key: string
+  /** Seconds left until the conservative deadline; 0 once expired. */
+  remaining(): number
+  /** True once the conservative deadline has passed. */
+  readonly expired: boolean
+  /**
+   * Aborts at the conservative deadline (reason: a TicketExpiredError):
+   * pass it to `fetch`, database clients or timers so work stops when the
+   * lock is no longer guaranteed. Its timer never keeps the process alive.
+   */
+  readonly signal: AbortSignal
+  /**
+   * Releases exactly this grant: true when released, false when it no
+   * longer held the lock (expired, or released before). Rejects with
+   * ReleaseUnconfirmedError without a final answer within 5 s. A second
+   * call resolves to the first definite result.
+   */
+  release(): Promise<boolean>
+  /** `await using ticket = …` releases it. */
+  [Symbol.asyncDispose](): Promise<void>
+}
+
+/** Base class of every error the client raises, with a stable `code`. */
+export declare class TicketingError extends Error {
+  readonly code: TicketingErrorCode
+}
+/** The server refused the acquire for capacity. Final, never retried internally. */
+export declare class BusyError extends TicketingError {
+  readonly code: 'BUSY'
+}
+/** Possibly sent, no definite answer: do NOT enter the critical section. */
+export declare class IndeterminateError extends TicketingError {
+  readonly code: 'INDETERMINATE'
+}
+/** Granted with less than `budget` left; the client released the grant. */
+export declare class InsufficientTimeError extends TicketingError {
+  readonly code: 'INSUFFICIENT_TIME'
+}
+/** No ready connection within `wait`; nothing was sent. */
+export declare class UnavailableError extends TicketingError {
+  readonly code: 'UNAVAILABLE'
+}
+/** No final answer to a release within 5 s (or the release lane was full). */
+export declare class ReleaseUnconfirmedError extends TicketingError {
+  readonly code: 'RELEASE_UNCONFIRMED'
+}
+/** The broker is closed. */
+export declare class ClosedError extends TicketingError {
+  readonly code: 'CLOSED'
+}
+/** The server refused the token, or could not prove it knows it. */
+export declare class AuthFailedError extends TicketingError {
+  readonly code: 'AUTH_FAILED'
+}
+/** `withLock` only: not granted within `wait` (the server answered `T`). */
+export declare class LockTimeoutError extends TicketingError {
+  readonly code: 'LOCK_TIMEOUT'
+}
+/** The `reason` of `ticket.signal`. Not a TicketingError. */
+export declare class TicketExpiredError extends Error {
+  readonly code: 'TICKET_EXPIRED'
+}
+
+/** The package version. */
+export declare const version: string

@@ -1,0 +1,135 @@
+//! `NativeBroker` (wrapping `ticketing_client::TicketBroker`) and
+//! `Canceller` (the native end of an acquire's `AbortSignal`).
+
+use std::time::Duration;
+
+use napi::bindgen_prelude::Object;
+use napi::Env;
+use napi_derive::napi;
+use ticketing_client::{TicketBroker, Tls};
+use tokio::sync::watch;
+
+use crate::bridge;
+use crate::error::{client, invalid, Failure};
+use crate::ticket::NativeTicket;
+
+/// The native end of an `AbortSignal`: `cancel()` drops the client future
+/// of the acquire it was passed to (the client's cancel semantics), after
+/// which that acquire rejects with `[ABORTED]`. Cancelling after the
+/// acquire settled does nothing.
+#[napi]
+pub struct Canceller {
+    tx: watch::Sender<bool>,
+}
+
+impl Default for Canceller {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[napi]
+impl Canceller {
+    /// A canceller not yet cancelled.
+    #[napi(constructor)]
+    pub fn new() -> Self {
+        Canceller { tx: watch::channel(false).0 }
+    }
+
+    /// Cancels the acquire this canceller was passed to.
+    #[napi]
+    pub fn cancel(&self) {
+        self.tx.send_replace(true);
+    }
+}
+
+/// Resolves once `rx` reads true; never if its sender is gone.
+async fn cancelled(mut rx: watch::Receiver<bool>) {
+    if rx.wait_for(|c| *c).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// A connection pool and router (wrapped by `TicketBroker` in index.js).
+#[napi]
+pub struct NativeBroker {
+    inner: TicketBroker,
+}
+
+#[napi]
+impl NativeBroker {
+    /// A broker for `addrs` (`host:port`), an optional token and a TLS mode
+    /// (`off`, `system-roots`, a CA file path, `insecure-skip-verify`).
+    /// Starts connecting in the background; never blocks.
+    #[napi(constructor)]
+    pub fn new(addrs: Vec<String>, token: Option<String>, tls: Option<String>) -> napi::Result<Self> {
+        let tls: Tls = tls.as_deref().unwrap_or("off").parse().map_err(client)?;
+        let mut builder = TicketBroker::builder(addrs).tls(tls);
+        if let Some(token) = token {
+            builder = builder.token(token);
+        }
+        Ok(NativeBroker { inner: builder.build().map_err(client)? })
+    }
+
+    /// A broker for one address; resolves once the first connection
+    /// attempts have settled (ready or failed, at most 5 s).
+    #[napi(ts_return_type = "Promise<NativeBroker>")]
+    pub fn connect(env: &Env, addr: String) -> napi::Result<Object<'_>> {
+        bridge::promise(env, async move { Ok(TicketBroker::connect(&addr).await?) }, |inner| NativeBroker { inner })
+    }
+
+    /// Resolves to true once a request can be routed, false after
+    /// `seconds` (or when closed).
+    #[napi(ts_return_type = "Promise<boolean>")]
+    pub fn wait_ready<'e>(&self, env: &'e Env, seconds: f64) -> napi::Result<Object<'e>> {
+        let timeout = Duration::try_from_secs_f64(seconds)
+            .map_err(|e| invalid(format!("seconds must be a finite number ≥ 0: {e} (got {seconds})")))?;
+        let inner = self.inner.clone();
+        bridge::promise(env, async move { Ok(inner.wait_ready(timeout).await) }, |ready| ready)
+    }
+
+    /// Acquires `key` (seconds as numbers; the client normalizes and
+    /// validates them): a ticket, or null when not granted within `wait`.
+    /// With a `canceller`, `cancel()` drops the client future and the
+    /// promise rejects with `[ABORTED]` (a result that came first wins).
+    #[napi(ts_return_type = "Promise<NativeTicket | null>")]
+    pub fn acquire<'e>(
+        &self,
+        env: &'e Env,
+        key: String,
+        wait: f64,
+        lease: f64,
+        budget: f64,
+        canceller: Option<&Canceller>,
+    ) -> napi::Result<Object<'e>> {
+        let inner = self.inner.clone();
+        let rx = canceller.map(|c| c.tx.subscribe());
+        let fut = async move {
+            let acquire = inner.acquire_secs(&key, wait, lease, budget);
+            match rx {
+                None => acquire.await.map_err(Failure::from),
+                Some(rx) => tokio::select! {
+                    biased;
+                    got = acquire => got.map_err(Failure::from),
+                    () = cancelled(rx) => Err(Failure::Aborted),
+                },
+            }
+        };
+        bridge::promise(env, fut, |got| got.map(NativeTicket::new))
+    }
+
+    /// Closes the broker: live tickets are released best-effort, pending
+    /// acquires fail with `[CLOSED]`, the connections close. Idempotent.
+    #[napi(ts_return_type = "Promise<void>")]
+    pub fn close<'e>(&self, env: &'e Env) -> napi::Result<Object<'e>> {
+        let inner = self.inner.clone();
+        bridge::promise(
+            env,
+            async move {
+                inner.close().await;
+                Ok(())
+            },
+            |()| (),
+        )
+    }
+}

@@ -1,0 +1,52 @@
+//! `NativeTicket`: a granted lock, wrapping `ticketing_client::Ticket`.
+
+use std::sync::Arc;
+
+use napi::bindgen_prelude::{BigInt, Object};
+use napi::Env;
+use napi_derive::napi;
+
+use crate::bridge;
+
+/// A granted lock (wrapped by `Ticket` in index.js). Garbage-collecting it
+/// unreleased drops the client ticket, whose `Drop` releases it best-effort.
+#[napi]
+pub struct NativeTicket {
+    inner: Arc<ticketing_client::Ticket>,
+}
+
+impl NativeTicket {
+    pub(crate) fn new(inner: ticketing_client::Ticket) -> Self {
+        NativeTicket { inner: Arc::new(inner) }
+    }
+}
+
+#[napi]
+impl NativeTicket {
+    /// The fencing token (1 ≤ token < 2^63) as a bigint.
+    #[napi(getter)]
+    pub fn token(&self) -> BigInt {
+        BigInt::from(self.inner.token())
+    }
+
+    /// The key this ticket holds.
+    #[napi(getter)]
+    pub fn key(&self) -> String {
+        self.inner.key().to_string()
+    }
+
+    /// Seconds left until the conservative deadline (never negative).
+    #[napi]
+    pub fn remaining(&self) -> f64 {
+        self.inner.remaining().as_secs_f64()
+    }
+
+    /// Releases exactly this grant: true when released, false when it no
+    /// longer held the lock; rejects with `[RELEASE_UNCONFIRMED]` without a
+    /// final answer within 5 s.
+    #[napi(ts_return_type = "Promise<boolean>")]
+    pub fn release<'e>(&self, env: &'e Env) -> napi::Result<Object<'e>> {
+        let inner = Arc::clone(&self.inner);
+        bridge::promise(env, async move { Ok(inner.release().await?) }, |released| released)
+    }
+}

@@ -1,0 +1,108 @@
+// Every bad argument: TypeError for a wrong type, RangeError for a bad
+// value, raised before anything is sent. The broker here points at a port
+// where nothing listens: a validation error comes back at once instead of
+// UNAVAILABLE, so it was decided before any connection was needed.
+'use strict'
+const test = require('node:test')
+const assert = require('node:assert/strict')
+const { TicketBroker, TicketingError } = require('ticketing')
+const { deadAddr, Server, key } = require('./helpers.js')
+
+let broker
+test.before(async () => {
+  broker = new TicketBroker([await deadAddr()])
+})
+test.after(async () => {
+  await broker?.close()
+})
+
+async function rejectsWith(Cls, promise, pattern) {
+  await assert.rejects(promise, (e) => {
+    assert.ok(e instanceof Cls, `expected ${Cls.name}, got ${e && e.constructor.name}: ${e && e.message}`)
+    assert.ok(!(e instanceof TicketingError))
+    if (pattern) assert.match(e.message, pattern)
+    return true
+  })
+}
+
+const typeCases = [
+  ['key is a number', () => broker.acquire(42, 1, 10), /key must be a string/],
+  ['key is undefined', () => broker.acquire(undefined, 1, 10), /key/],
+  ['key is a Buffer', () => broker.acquire(Buffer.from('k'), 1, 10), /key/],
+  ['wait is a string', () => broker.acquire('k', '1', 10), /wait must be a number/],
+  ['wait is a bigint', () => broker.acquire('k', 1n, 10), /wait/],
+  ['wait is missing', () => broker.acquire('k'), /wait/],
+  ['lease is null', () => broker.acquire('k', 1, null), /lease/],
+  ['lease is missing', () => broker.acquire('k', 1), /lease/],
+  ['budget is a string', () => broker.acquire('k', 1, 10, '2'), /budget/],
+  ['options is a string', () => broker.acquire('k', 1, 10, 0, 'x'), /options/],
+  ['signal is not an AbortSignal', () => broker.acquire('k', 1, 10, 0, { signal: {} }), /signal must be an AbortSignal/],
+  ['signal is a controller', () => broker.acquire('k', 1, 10, 0, { signal: new AbortController() }), /signal/],
+  ['waitReady with a string', () => broker.waitReady('5'), /seconds must be a number/],
+  ['withLock without a function', () => broker.withLock('k', { wait: 1, lease: 5 }), /function/],
+  ['withLock with a string wait', () => broker.withLock('k', { wait: '1', lease: 5 }, () => 1), /wait/],
+  ['withLock without options', () => broker.withLock('k', undefined, () => 1), /wait/],
+  ['connect with an array', () => TicketBroker.connect(['127.0.0.1:1']), /addr must be/],
+]
+for (const [name, call, pattern] of typeCases) {
+  test(`TypeError: ${name}`, async () => {
+    await rejectsWith(TypeError, call(), pattern)
+  })
+}
+
+const rangeCases = [
+  ['empty key', () => broker.acquire('', 1, 10), /key/],
+  ['key with a space', () => broker.acquire('bad key', 1, 10), /key/],
+  ['key with a non-ASCII character', () => broker.acquire('clé', 1, 10), /key/],
+  ['key with a newline', () => broker.acquire('k\n', 1, 10), /key/],
+  ['key of 251 bytes', () => broker.acquire('k'.repeat(251), 1, 10), /key/],
+  ['negative wait', () => broker.acquire('k', -1, 10), /wait/],
+  ['negative fraction wait', () => broker.acquire('k', -0.1, 10), /wait/],
+  ['NaN wait', () => broker.acquire('k', NaN, 10), /wait/],
+  ['infinite wait', () => broker.acquire('k', Infinity, 10), /wait/],
+  ['wait 256', () => broker.acquire('k', 256, 10), /wait/],
+  ['wait 255.5 (rounds up to 256, never clamped)', () => broker.acquire('k', 255.5, 10), /wait/],
+  ['lease 0', () => broker.acquire('k', 1, 0), /lease/],
+  ['negative lease', () => broker.acquire('k', 1, -5), /lease/],
+  ['lease 251', () => broker.acquire('k', 1, 251), /lease/],
+  ['lease 250.1 (rounds up to 251)', () => broker.acquire('k', 1, 250.1), /lease/],
+  ['NaN lease', () => broker.acquire('k', 1, NaN), /lease/],
+  ['budget above lease', () => broker.acquire('k', 1, 10, 11), /budget/],
+  ['budget 10.5 with lease 10 (rounds up to 11)', () => broker.acquire('k', 1, 10, 10.5), /budget/],
+  ['negative budget', () => broker.acquire('k', 1, 10, -1), /budget/],
+  ['-Infinity budget', () => broker.acquire('k', 1, 10, -Infinity), /budget/],
+  ['waitReady(-1)', () => broker.waitReady(-1), /seconds/],
+  ['waitReady(NaN)', () => broker.waitReady(NaN), /seconds/],
+  ['connect to an address without a port', () => TicketBroker.connect('localhost'), /addr|port/],
+  ['withLock with lease 0', () => broker.withLock('k', { wait: 0, lease: 0 }, () => 1), /lease/],
+]
+for (const [name, call, pattern] of rangeCases) {
+  test(`RangeError: ${name}`, async () => {
+    await rejectsWith(RangeError, call(), pattern)
+  })
+}
+
+test('constructor: TypeError for wrong types, RangeError for bad values, thrown synchronously', () => {
+  assert.throws(() => new TicketBroker(5), TypeError)
+  assert.throws(() => new TicketBroker([5]), TypeError)
+  assert.throws(() => new TicketBroker(['127.0.0.1:1'], 'token'), TypeError)
+  assert.throws(() => new TicketBroker(['127.0.0.1:1'], { token: 123 }), TypeError)
+  assert.throws(() => new TicketBroker(['127.0.0.1:1'], { tls: true }), TypeError)
+  assert.throws(() => new TicketBroker([]), RangeError)
+  assert.throws(() => new TicketBroker(['no-port']), RangeError)
+  assert.throws(() => new TicketBroker(['127.0.0.1:1'], { tls: '' }), RangeError)
+  assert.throws(() => new TicketBroker(['127.0.0.1:1'], { tls: '/nonexistent/ca.pem' }), RangeError)
+})
+
+test('fractions are accepted and rounded up, never clamped: on a real server', async () => {
+  const srv = await Server.start()
+  const b = await TicketBroker.connect(srv.addr)
+  try {
+    const t = await b.acquire(key(), 254.2, 249.5, 248.1) // → 255, 250, 249
+    assert.ok(t.remaining() > 249 && t.remaining() <= 250, `remaining ${t.remaining()}`)
+    assert.equal(await t.release(), true)
+  } finally {
+    await b.close()
+    await srv.stop()
+  }
+})

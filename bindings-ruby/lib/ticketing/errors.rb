@@ -1,0 +1,89 @@
+# frozen_string_literal: true
+
+module Ticketing
+  # Base class of every error of this library (docs/ruby.md, "Exceptions").
+  # Bad arguments are not Ticketing errors: they raise +ArgumentError+ (or
+  # +TypeError+ for a wrong type) before anything is sent.
+  class Error < StandardError
+    # @return [Symbol, nil] a stable machine-readable code (+:busy+,
+    #   +:indeterminate+, ...); nil for the base class.
+    def code
+      self.class::CODE
+    end
+
+    CODE = nil
+  end
+
+  # +B+: the server refused the acquire for capacity. Final: the library
+  # never retries; the caller may start a new acquire after its own backoff.
+  class BusyError < Error
+    CODE = :busy
+    def initialize(msg = "busy: the server refused the acquire for capacity")
+      super
+    end
+  end
+
+  # The acquire may have been sent and no definite answer came: the lock may
+  # have been granted. Do NOT enter the critical section; a grant, if any,
+  # returns at lease end (the client asks the leader and releases it sooner).
+  class IndeterminateError < Error
+    CODE = :indeterminate
+    def initialize(msg = "indeterminate: the acquire may have been granted; do not enter the critical section")
+      super
+    end
+  end
+
+  # Granted, but less than the work budget was left of the conservative
+  # lease; the library released the grant.
+  class InsufficientTimeError < Error
+    CODE = :insufficient_time
+    def initialize(msg = "insufficient time: the grant left less than the work budget; it is being released")
+      super
+    end
+  end
+
+  # No ready connection within the +wait+ budget: nothing was sent,
+  # definitely not acquired.
+  class UnavailableError < Error
+    CODE = :unavailable
+    def initialize(msg = "unavailable: no ready connection within the budget; nothing was sent")
+      super
+    end
+  end
+
+  # No final answer to a release within 5 s (or the release lane was full).
+  # Never an assumed success: the lease end is the last safety net.
+  class ReleaseUnconfirmedError < Error
+    CODE = :release_unconfirmed
+    def initialize(msg = "release unconfirmed: no final answer within 5 s")
+      super
+    end
+  end
+
+  # The broker is closed (or a ticket is used in a forked child: tickets stay
+  # with the process that acquired them).
+  class ClosedError < Error
+    CODE = :closed
+    def initialize(msg = "closed: the broker is closed")
+      super
+    end
+  end
+
+  # The server refused the token, or could not prove it knows it (a possible
+  # fake server). Nothing was sent.
+  class AuthFailedError < Error
+    CODE = :auth_failed
+    def initialize(msg = "auth failed: the server refused the token or could not prove it knows it")
+      super
+    end
+  end
+
+  # Only from {TicketBroker#with_lock}: the lock was not granted within
+  # +wait+ (the server answered +T+).
+  class LockTimeoutError < Error
+    CODE = :lock_timeout
+    def initialize(msg = "lock timeout: not granted within the wait")
+      super
+    end
+  end
+end

@@ -1,0 +1,163 @@
+# frozen_string_literal: true
+
+module Ticketing
+  # A connection pool and router to a Ticketing server or 3/5-node cluster.
+  # Create one at application start and share it: it is safe to use from
+  # many threads at once (Puma), and after +fork+ (Puma/Unicorn preload) a
+  # child that uses it starts afresh with its own connections.
+  #
+  # Durations are seconds (Integer, Float or any Numeric); fractions round
+  # UP to whole seconds; +wait+ 0..255 (0 = one immediate attempt), +lease+
+  # 1..250, +budget+ 0..lease. Out-of-range values raise +ArgumentError+
+  # before anything is sent; nothing is clamped.
+  class TicketBroker
+    class << self
+      # A broker for several addresses (all members of a cluster; also the
+      # allowlist for leader hints). Does not wait for a connection: see
+      # {#wait_ready}.
+      #
+      # @param addrs [Array<String>, String] +"host:port"+ addresses
+      # @param token [String, nil] the client token (the server's
+      #   +client_tokens+); it never crosses the network
+      # @param tls [String] +"off"+ (default), +"system-roots"+, a path to a
+      #   CA file (PEM), or +"insecure-skip-verify"+ (tests only)
+      # @return [TicketBroker]
+      # @raise [ArgumentError] no address, a bad address or TLS option
+      # @raise [TypeError] a non-String address, token or tls
+      def new(addrs, token: nil, tls: "off")
+        list = addrs.is_a?(String) ? [addrs] : addrs
+        raise TypeError, "addrs must be an Array of \"host:port\" Strings" unless list.is_a?(Array)
+
+        list.each do |a|
+          raise TypeError, "every address must be a String, not #{a.class}" unless a.is_a?(String)
+        end
+        raise TypeError, "token must be a String or nil" unless token.nil? || token.is_a?(String)
+        raise TypeError, "tls must be a String" unless tls.is_a?(String)
+
+        named(_build(list, token, tls), list)
+      end
+
+      # A broker for one address (the library opens two connections to it).
+      # Returns as soon as a request could be routed, or once the first
+      # connection attempts have settled (at most the 5 s handshake limit);
+      # a server that is down does not make it fail: the broker keeps
+      # reconnecting.
+      #
+      # @param addr [String] +"host:port"+
+      # @return [TicketBroker]
+      # @raise [ArgumentError] a bad address
+      def connect(addr)
+        raise TypeError, "addr must be a \"host:port\" String, not #{addr.class}" unless addr.is_a?(String)
+
+        named(_connect(addr), [addr])
+      end
+
+      private :_build, :_connect
+
+      private
+
+      def named(broker, addrs)
+        broker.instance_variable_set(:@addrs, addrs.map { |a| a.dup.freeze }.freeze)
+        broker
+      end
+    end
+
+    # @return [Array<String>] the configured addresses
+    attr_reader :addrs
+
+    # Waits until a request can be routed (a ready leader connection).
+    # Blocks with the GVL released (interruptible).
+    #
+    # @param seconds [Numeric] the most to wait
+    # @return [Boolean] true when ready, false on timeout or when closed
+    # @raise [ArgumentError] a negative or non-finite +seconds+
+    def wait_ready(seconds)
+      _wait_ready(seconds)
+    end
+
+    # Acquires +key+: waits up to +wait+ seconds in the server's FIFO queue.
+    # Blocks with the GVL released; +Thread#raise+, +Timeout.timeout+ and
+    # Ctrl-C cancel it (not yet sent: nothing happens; possibly sent: the
+    # library closes that connection, and releases a grant that still
+    # arrives), and the exception propagates once the cancel was taken.
+    #
+    # @param key [String] 1..250 visible ASCII bytes, no space
+    # @param wait [Numeric] 0..255 s in the queue (0 = one immediate attempt);
+    #   also the budget for finding a connection
+    # @param lease [Numeric] 1..250 s, the lock's lifetime
+    # @param budget [Numeric] 0..lease s: the least work time the ticket
+    #   must leave, or {InsufficientTimeError}
+    # @return [Ticket, nil] a Ticket, or nil when not granted within +wait+
+    # @raise [ArgumentError] a bad key or duration (nothing was sent)
+    # @raise [BusyError] refused for capacity (final, not retried)
+    # @raise [IndeterminateError] possibly granted: do NOT enter
+    # @raise [InsufficientTimeError] granted with less than +budget+ left
+    # @raise [UnavailableError] no connection within +wait+ (nothing sent)
+    # @raise [AuthFailedError] the token was refused
+    # @raise [ClosedError] the broker is closed
+    def acquire(key, wait, lease, budget)
+      _acquire(key, wait, lease, budget)
+    end
+
+    # The scoped form of {#acquire}: acquires, yields the {Ticket},
+    # releases it in +ensure+, and returns the block's value.
+    #
+    # If the block raised, that exception propagates even when the release
+    # fails. If the block completed and the release raises (e.g.
+    # {ReleaseUnconfirmedError}), that error propagates. A release answered
+    # "not the holder" (the lease ran out during the block) is not an error:
+    # check {Ticket#expired?} and rely on the fencing token.
+    #
+    # @param key [String]
+    # @param wait [Numeric] see {#acquire}
+    # @param lease [Numeric] see {#acquire}
+    # @param budget [Numeric] see {#acquire}
+    # @yieldparam ticket [Ticket]
+    # @return [Object] the block's value
+    # @raise [LockTimeoutError] not granted within +wait+
+    # @raise [ArgumentError] no block, or see {#acquire}
+    def with_lock(key, wait:, lease:, budget:)
+      raise ArgumentError, "with_lock needs a block" unless block_given?
+
+      ticket = acquire(key, wait, lease, budget)
+      raise LockTimeoutError, "lock timeout: #{key} was not granted within #{wait} s" if ticket.nil?
+
+      completed = false
+      begin
+        value = yield ticket
+        completed = true
+        value
+      ensure
+        if completed
+          ticket.release
+        else
+          begin
+            ticket.release
+          rescue Ticketing::Error
+            # the block's exception wins; the lease end is the safety net
+            nil
+          end
+        end
+      end
+    end
+
+    # Closes the broker: waiting acquires fail with {ClosedError}, live
+    # tickets are released best-effort (at most 5 s), then the connections
+    # close. Later calls raise {ClosedError} ({#wait_ready} returns false).
+    # Calling it again does nothing.
+    #
+    # @return [nil]
+    def close
+      _close
+      nil
+    end
+
+    # @return [String]
+    def inspect
+      "#<Ticketing::TicketBroker #{(addrs || []).join(',')}>"
+    end
+    alias to_s inspect
+
+    private :_wait_ready, :_acquire, :_close
+  end
+end

@@ -1,0 +1,148 @@
+//! Maps the client's typed `Error` to the Ruby exception tree, and converts
+//! Ruby arguments (seconds, keys) for the client.
+//!
+//! The exception classes are defined once, in `lib/ticketing/errors.rb`;
+//! this module only looks them up by name and picks one per variant.
+#![forbid(unsafe_code)]
+
+use magnus::{prelude::*, value::ReprValue, Error, ExceptionClass, Integer, RModule, RString, Ruby, Value};
+use ticketing_client::Error as ClientError;
+
+/// `Ticketing::<name>`, an exception class defined by `ticketing/errors`.
+fn class(ruby: &Ruby, name: &str) -> Result<ExceptionClass, Error> {
+    let module: RModule = ruby.class_object().const_get("Ticketing")?;
+    module.const_get(name)
+}
+
+/// An exception of `Ticketing::<name>` with `msg`; if the class cannot be
+/// found (it always is: init requires `ticketing/errors`), a RuntimeError
+/// that still says what happened.
+fn raise(ruby: &Ruby, name: &str, msg: String) -> Error {
+    match class(ruby, name) {
+        Ok(cls) => Error::new(cls, msg),
+        Err(_) => Error::new(ruby.exception_runtime_error(), format!("{msg} (Ticketing::{name})")),
+    }
+}
+
+/// The Ruby exception for a client error. `InvalidArgument` becomes
+/// `ArgumentError` (nothing was sent); every other variant its own subclass
+/// of `Ticketing::Error`, carrying the client's message.
+pub(crate) fn to_rb(ruby: &Ruby, err: ClientError) -> Error {
+    let msg = err.to_string();
+    match err {
+        ClientError::InvalidArgument(text) => Error::new(ruby.exception_arg_error(), text),
+        ClientError::Busy => raise(ruby, "BusyError", msg),
+        ClientError::Indeterminate => raise(ruby, "IndeterminateError", msg),
+        ClientError::InsufficientTime => raise(ruby, "InsufficientTimeError", msg),
+        ClientError::Unavailable => raise(ruby, "UnavailableError", msg),
+        ClientError::ReleaseUnconfirmed => raise(ruby, "ReleaseUnconfirmedError", msg),
+        ClientError::Closed => raise(ruby, "ClosedError", msg),
+        ClientError::AuthFailed => raise(ruby, "AuthFailedError", msg),
+        // `Error` is non-exhaustive: a variant added later still gets the
+        // base class, with the client's code in its message.
+        other => raise(ruby, "Error", format!("{} ({})", msg, other.code())),
+    }
+}
+
+/// The client task ended without a result (its runtime shut down, or it
+/// panicked): the base `Ticketing::Error`.
+pub(crate) fn task_lost(ruby: &Ruby) -> Error {
+    raise(ruby, "Error", "the client task ended without a result (runtime shut down)".to_owned())
+}
+
+/// A number of seconds (`Integer`, `Float`, `Rational`, any `Numeric`) as
+/// `f64` for the client, which rounds fractions up and range-checks. A
+/// non-number is a `TypeError`; an Integer beyond 64 bits an
+/// `ArgumentError` (out of range, as every other out-of-range duration).
+pub(crate) fn secs(ruby: &Ruby, name: &str, value: Value) -> Result<f64, Error> {
+    if !value.is_kind_of(ruby.class_numeric()) {
+        return Err(Error::new(
+            ruby.exception_type_error(),
+            format!("{name} must be a number of seconds (Integer or Float), not {}", value.class().inspect()),
+        ));
+    }
+    if let Some(int) = Integer::from_value(value) {
+        return match int.to_i64() {
+            Ok(v) => Ok(v as f64),
+            Err(_) => Err(Error::new(ruby.exception_arg_error(), format!("{name} is out of range (got {int})"))),
+        };
+    }
+    f64::try_convert(value)
+}
+
+/// A key as a Rust string. A non-String is a `TypeError`; a String that is
+/// not valid UTF-8 cannot be visible ASCII, so it is an `ArgumentError`
+/// (the client checks the 1–250 visible-ASCII rule for the rest).
+pub(crate) fn key(ruby: &Ruby, value: Value) -> Result<String, Error> {
+    let Some(s) = RString::from_value(value) else {
+        return Err(Error::new(
+            ruby.exception_type_error(),
+            format!("key must be a String, not {}", value.class().inspect()),
+        ));
+    };
+    s.to_string().map_err(|_| {
+        Error::new(ruby.exception_arg_error(), "key must be 1-250 visible ASCII bytes (0x21-0x7E)".to_owned())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use magnus::error::ErrorType;
+
+    /// The class name and message of an error built in Rust.
+    fn parts(err: &Error) -> (String, String) {
+        match err.error_type() {
+            ErrorType::Error(class, msg) => (class.inspect(), msg.to_string()),
+            other => panic!("not a Rust-built error: {other:?}"),
+        }
+    }
+
+    // One test: the embedded Ruby VM is started once per process and used
+    // from this thread only.
+    #[test]
+    fn errors_and_arguments_in_an_embedded_ruby() {
+        Ruby::init(|ruby| {
+            let lib = concat!(env!("CARGO_MANIFEST_DIR"), "/lib");
+            let _: Value = ruby.eval(&format!("$LOAD_PATH.unshift({lib:?})"))?;
+            ruby.require("ticketing/errors")?;
+
+            let cases = [
+                (ClientError::Busy, "Ticketing::BusyError"),
+                (ClientError::Indeterminate, "Ticketing::IndeterminateError"),
+                (ClientError::InsufficientTime, "Ticketing::InsufficientTimeError"),
+                (ClientError::Unavailable, "Ticketing::UnavailableError"),
+                (ClientError::ReleaseUnconfirmed, "Ticketing::ReleaseUnconfirmedError"),
+                (ClientError::Closed, "Ticketing::ClosedError"),
+                (ClientError::AuthFailed, "Ticketing::AuthFailedError"),
+                (ClientError::InvalidArgument("wait: 256".into()), "ArgumentError"),
+            ];
+            for (err, class) in cases {
+                let msg = err.to_string();
+                let (got_class, got_msg) = parts(&to_rb(ruby, err.clone()));
+                assert_eq!(got_class, class, "{err:?}");
+                if class == "ArgumentError" {
+                    assert_eq!(got_msg, "wait: 256");
+                } else {
+                    assert_eq!(got_msg, msg, "the client's message is kept");
+                }
+            }
+            assert_eq!(parts(&task_lost(ruby)).0, "Ticketing::Error");
+
+            let num = |src: &str| -> Result<Value, Error> { ruby.eval(src) };
+            assert_eq!(secs(ruby, "wait", num("5")?)?, 5.0);
+            assert_eq!(secs(ruby, "wait", num("0.2")?)?, 0.2);
+            assert!((secs(ruby, "wait", num("Rational(1, 3)")?)? - 1.0 / 3.0).abs() < 1e-12);
+            assert!(secs(ruby, "wait", num("Float::NAN")?)?.is_nan());
+            assert_eq!(parts(&secs(ruby, "wait", num("2**80")?).unwrap_err()).0, "ArgumentError");
+            assert_eq!(parts(&secs(ruby, "wait", num("'5'")?).unwrap_err()).0, "TypeError");
+            assert_eq!(parts(&secs(ruby, "wait", num("nil")?).unwrap_err()).0, "TypeError");
+
+            assert_eq!(key(ruby, num("'seat-1'")?)?, "seat-1");
+            assert_eq!(parts(&key(ruby, num(":seat")?).unwrap_err()).0, "TypeError");
+            assert_eq!(parts(&key(ruby, num("\"\\xff\".b")?).unwrap_err()).0, "ArgumentError");
+            Ok(())
+        })
+        .unwrap();
+    }
+}

@@ -1,0 +1,58 @@
+# frozen_string_literal: true
+
+require_relative "helper"
+
+# The user's own page (README "Ruby"): its example, verbatim except for the
+# server address, runs against the installed gem in a fresh process.
+class TestSeedExample < Minitest::Test
+  include SharedServer
+
+  README = File.expand_path("../../README.md", __dir__)
+  SEED_ADDR = "127.0.0.1:5225"
+
+  def seed_example
+    text = File.read(README)
+    blocks = text.scan(/^```ruby\n(.*?)^```$/m).flatten
+    example = blocks.find { |b| b.include?("Ticketing::TicketBroker.connect") }
+    refute_nil example, "README.md has no Ruby example with TicketBroker.connect"
+    example
+  end
+
+  def test_the_readme_example_is_the_seed_example
+    example = seed_example
+    assert_includes example, %(require "ticketing"\n)
+    assert_includes example, %(broker = Ticketing::TicketBroker.connect("#{SEED_ADDR}")\nbroker.wait_ready(5)\n)
+    assert_includes example, %(ticket = broker.acquire("key", 5, 30, 2)\nbegin\n  token = ticket.token\n)
+    assert_includes example, "ensure\n  ticket.release\nend\n"
+  end
+
+  def test_seed_example_runs_and_releases
+    code = seed_example.sub(SEED_ADDR, server.addr)
+    code += "\nputs \"token=\#{token}\"\n"
+    status, out = TestHelper.run_ruby(code, timeout: 60)
+    refute_nil status, "the example hung:\n#{out}"
+    assert status.success?, "the example failed:\n#{out}"
+    token = out[/token=(\d+)/, 1]
+    refute_nil token, out
+    # Released: the key is free now, and the next grant's token is larger.
+    info = server.lock_info("key")
+    assert_nil info["holder"], info.inspect
+    ticket = broker.acquire("key", 0, 10, 0)
+    refute_nil ticket
+    assert_operator ticket.token, :>, Integer(token)
+    assert_equal true, ticket.release
+  end
+
+  def test_loaded_from_the_installed_gem
+    spec = Gem.loaded_specs["ticketing"]
+    refute_nil spec, "ticketing was not loaded as a gem"
+    gem_home = ENV.fetch("GEM_HOME", nil)
+    refute_nil gem_home
+    assert spec.full_gem_path.start_with?(File.realpath(gem_home)) || spec.full_gem_path.start_with?(gem_home),
+           spec.full_gem_path
+    native = $LOADED_FEATURES.grep(%r{/ticketing/ticketing\.so\z})
+    refute_empty native
+    refute native.any? { |f| f.start_with?(File.expand_path("..", __dir__)) }, native.inspect
+    assert_equal Ticketing::VERSION, Ticketing::NATIVE_VERSION
+  end
+end
