@@ -72,7 +72,9 @@ if command -v ruby >/dev/null && [ -d "$ROOT/bindings-ruby" ]; then
         (cd "$ROOT/bindings-ruby" && rake gem) >"$LOGS/rake-gem.log" 2>&1 || fail "rake gem" "$LOGS/rake-gem.log"
     fi
     if [ -f "$gem" ]; then
-        sum=$(sha256sum "$gem" | cut -c1-64)
+        # The files it carries (`rake gem` stamps every build anew; the files only change with the sources).
+        sum=$(d=$(mktemp -d) && tar -xOf "$gem" data.tar.gz | tar -xz -C "$d" \
+              && (cd "$d" && find . -type f | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-64); rm -rf "$d")
         if [ "$(cat "$GEM_HOME/.installed" 2>/dev/null)" != "$sum" ] || ! ruby -e 'require "ticketing"' 2>/dev/null; then
             echo "== gem install --local $gem (GEM_HOME=$GEM_HOME)"
             mkdir -p "$GEM_HOME"
