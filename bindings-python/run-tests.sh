@@ -3,7 +3,7 @@
 #   bindings-python/run-tests.sh VENV_DIR [pytest args..., default: tests]
 # Creates VENV_DIR with python3 -m venv, installs maturin, pytest, mypy and
 # the package (pip install ./bindings-python, built by maturin with cargo),
-# runs mypy --strict on the examples and the package, stubtest on the
+# runs mypy --strict on the examples (examples/python) and the package, stubtest on the
 # native module, then pytest.
 # The tests spawn $TICKETING_SERVER_BIN (default <repo>/target/debug/ticketing-server,
 # built here with cargo if missing). Exits non-zero on any failure.
@@ -38,7 +38,7 @@ fi
 echo "== mypy --strict"
 # From a directory outside the source tree, so the installed package (with
 # its py.typed and stubs) is what gets checked.
-(cd "$HERE/examples" && "$VENV/bin/mypy" --strict --cache-dir "$VENV/mypy-cache-examples" sync_example.py async_example.py)
+(cd "$ROOT/examples/python" && "$VENV/bin/mypy" --strict --cache-dir "$VENV/mypy-cache-examples" sync_example.py async_example.py)
 (cd "$HERE/python" && "$VENV/bin/mypy" --strict --cache-dir "$VENV/mypy-cache-package" -p ticketing)
 echo "== stubtest (the .pyi matches the compiled module)"
 (cd "$VENV" && "$VPY" -m mypy.stubtest ticketing._native)

@@ -184,7 +184,7 @@ def test_examples_run(addr: str) -> None:
     import sys
     from pathlib import Path
 
-    ex = Path(__file__).resolve().parents[1] / "examples"
+    ex = Path(__file__).resolve().parents[2] / "examples" / "python"
     for script in ("sync_example.py", "async_example.py"):
         out = subprocess.run([sys.executable, str(ex / script), addr], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, (script, out.stdout, out.stderr)

@@ -1,6 +1,6 @@
 """Sync example: a fenced stock decrement under a Ticketing lock.
 
-Run against a server: ``python examples/sync_example.py [ADDR]``
+Run against a server: ``python examples/python/sync_example.py [ADDR]``
 (default ``127.0.0.1:5225``). Checked with ``mypy --strict``.
 """
 
@@ -18,7 +18,7 @@ class _Stale(Exception):
 
 
 def fenced_decrement(db: sqlite3.Connection, key: str, token: int) -> bool:
-    """Decrements the stock in ONE transaction with the fence update (docs/protocol.md §6).
+    """Decrements the stock in ONE transaction with the fence update (docs/fencing.md).
     Returns False when the token is stale (a newer holder already wrote)."""
     try:
         with db:  # one transaction: commit on success, roll back on an exception

@@ -1,6 +1,6 @@
 """asyncio example: many tasks queue for one key; each gets it in turn.
 
-Run against a server: ``python examples/async_example.py [ADDR]``
+Run against a server: ``python examples/python/async_example.py [ADDR]``
 (default ``127.0.0.1:5225``). Checked with ``mypy --strict``.
 """
 
