@@ -1,0 +1,331 @@
+//! The session state machine, byte by byte, on a simulated clock.
+
+use super::*;
+use crate::frame::{Addr, Owner, Role, Token};
+
+const TOKEN: &[u8] = b"secret";
+
+fn k(s: &str) -> Key {
+    Key::new(s.to_owned()).unwrap()
+}
+fn o(s: &str) -> Owner {
+    Owner::new(s.to_owned()).unwrap()
+}
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A session plus the server half of its handshake.
+struct Harness {
+    s: Session,
+    t0: Instant,
+    wire: Vec<u8>,
+    events: Vec<SessionEvent>,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let t0 = Instant::now();
+        Harness {
+            s: Session::new(t0, SessionConfig::default(), TOKEN, Hex32([7; 32])),
+            t0,
+            wire: vec![],
+            events: vec![],
+        }
+    }
+
+    fn at(&self, ms_: u64) -> Instant {
+        self.t0 + ms(ms_)
+    }
+
+    fn drain(&mut self) {
+        while let Some(b) = self.s.poll_transmit() {
+            self.wire.extend_from_slice(&b);
+        }
+        while let Some(e) = self.s.poll_event() {
+            self.events.push(e);
+        }
+    }
+
+    fn input(&mut self, at: u64, bytes: &[u8]) {
+        let now = self.at(at);
+        self.s.handle_input(now, bytes);
+        self.drain();
+    }
+
+    fn timeout(&mut self, at: u64) {
+        self.s.handle_timeout(self.at(at));
+        self.drain();
+    }
+
+    fn take_wire(&mut self) -> String {
+        String::from_utf8(std::mem::take(&mut self.wire)).unwrap()
+    }
+
+    fn ready(role: &str, token: &[u8]) -> Harness {
+        let mut h = Harness::new();
+        let snonce = Hex32([3; 32]);
+        h.input(0, format!("TICKETING 1 {}\n", snonce.to_hex_string()).as_bytes());
+        let auth = h.take_wire();
+        let cnonce = Hex32([7; 32]);
+        let cmac = auth::mac(TOKEN, Label::Client, &snonce, &cnonce);
+        assert_eq!(auth, format!("AUTH {} {}\n", cnonce.to_hex_string(), cmac.to_hex_string()));
+        let smac = auth::mac(token, Label::Server, &snonce, &cnonce);
+        h.input(1, format!("OK {role} {}\n", smac.to_hex_string()).as_bytes());
+        h
+    }
+
+    fn acquire(&mut self, at: u64, op: u64, key: &str, owner: &str, wait: u8) -> RequestId {
+        let req = Request::Acquire { key: k(key), owner: o(owner), wait, lease: 10 };
+        let id = self.s.send(self.at(at), OpId(op), req).unwrap();
+        self.drain();
+        id
+    }
+
+    fn closed(&self) -> Option<&Closed> {
+        self.events.iter().find_map(|e| match e {
+            SessionEvent::Closed(c) => Some(c),
+            _ => None,
+        })
+    }
+}
+
+#[test]
+fn handshake_ok_and_token_never_on_wire() {
+    let mut h = Harness::ready("leader", TOKEN);
+    assert_eq!(h.events, vec![SessionEvent::Ready { role: Role::Leader }]);
+    assert!(h.s.is_ready());
+    h.acquire(2, 1, "k", "o1", 5);
+    let wire = h.take_wire();
+    assert_eq!(wire, "A 1 k o1 5 10\n");
+    assert!(!wire.contains("secret"));
+}
+
+#[test]
+fn wrong_smac_is_auth_failed_and_nothing_can_be_sent() {
+    let mut h = Harness::ready("leader", b"other-token");
+    let c = h.closed().unwrap();
+    assert_eq!(c.reason, CloseReason::AuthFailed);
+    assert!(c.reason.backoff_to_cap());
+    assert_eq!(
+        h.s.send(h.at(2), OpId(1), Request::Release { key: k("k"), owner: o("o"), token: Token::new(5).unwrap() }),
+        Err(SendError::Closed)
+    );
+    h.drain();
+    assert!(h.wire.is_empty());
+}
+
+#[test]
+fn send_before_ready_is_refused() {
+    let mut h = Harness::new();
+    let r = h.s.send(h.t0, OpId(1), Request::Acquire { key: k("k"), owner: o("o"), wait: 0, lease: 1 });
+    assert_eq!(r, Err(SendError::NotReady));
+}
+
+#[test]
+fn handshake_timeout_and_errors_during_handshake() {
+    let mut h = Harness::new();
+    h.timeout(4999);
+    assert!(h.closed().is_none());
+    h.timeout(5000);
+    assert_eq!(h.closed().unwrap().reason, CloseReason::HandshakeTimeout);
+
+    let mut h = Harness::new();
+    h.input(0, b"E not_active\n");
+    assert_eq!(h.closed().unwrap().reason, CloseReason::NotActive);
+    assert!(h.closed().unwrap().reason.backoff_to_cap());
+
+    let mut h = Harness::new();
+    h.input(0, b"OK leader 0000000000000000000000000000000000000000000000000000000000000000\n");
+    assert_eq!(h.closed().unwrap().reason, CloseReason::Protocol("expected the greeting"));
+}
+
+#[test]
+fn out_of_order_answers_by_id_not_fifo() {
+    let mut h = Harness::ready("leader", TOKEN);
+    h.events.clear();
+    h.acquire(2, 10, "k", "o1", 5);
+    h.acquire(2, 11, "k", "o2", 5);
+    h.input(3, b"T 2 k\nA 1 k o1 99 0\n");
+    assert_eq!(
+        h.events,
+        vec![
+            SessionEvent::Answer { op: OpId(11), answer: Answer::Timeout },
+            SessionEvent::Answer {
+                op: OpId(10),
+                answer: Answer::Granted {
+                    key: k("k"),
+                    owner: o("o1"),
+                    token: Token::new(99).unwrap(),
+                    waited_ms: 0,
+                    t_send: h.at(2)
+                }
+            },
+        ]
+    );
+    assert_eq!(h.s.pending_acquires(), 0);
+}
+
+#[test]
+fn busy_and_release_answers() {
+    let mut h = Harness::ready("leader", TOKEN);
+    h.events.clear();
+    h.acquire(2, 1, "k", "o1", 5);
+    let r = Request::Release { key: k("j"), owner: o("o2"), token: Token::new(4).unwrap() };
+    h.s.send(h.at(2), OpId(2), r.clone()).unwrap();
+    h.s.send(h.at(2), OpId(3), r).unwrap();
+    h.drain();
+    assert_eq!(h.take_wire(), "A 1 k o1 5 10\nR 2 j o2 4\nR 3 j o2 4\n");
+    h.input(3, b"N 3 j\nB 1 k\nR 2 j\n");
+    let answers: Vec<_> = h
+        .events
+        .iter()
+        .map(|e| match e {
+            SessionEvent::Answer { op, answer } => (op.0, answer.clone()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(answers, vec![(3, Answer::NotHolder), (1, Answer::Busy), (2, Answer::Released)]);
+}
+
+fn fatal_after_acquire(answer: &[u8]) -> Closed {
+    let mut h = Harness::ready("leader", TOKEN);
+    h.acquire(2, 1, "k", "o1", 5);
+    h.input(3, answer);
+    let c = h.closed().unwrap_or_else(|| panic!("{:?} did not close", String::from_utf8_lossy(answer))).clone();
+    assert_eq!(c.possibly_sent.len(), 1, "the sent acquire is possibly sent");
+    assert!(c.unsent.is_empty());
+    c
+}
+
+#[test]
+fn every_mismatch_is_session_fatal() {
+    for bad in [
+        &b"A 1 other o1 5 0\n"[..], // wrong key
+        b"A 1 k o2 5 0\n",          // wrong owner
+        b"T 1 other\n",             // wrong key on T
+        b"B 1 other\n",             // wrong key on B
+        b"R 1 k\n",                 // wrong op class
+        b"N 1 k\n",                 // wrong op class
+        b"P 1\n",                   // pong for an acquire
+        b"T 9 k\n",                 // unknown id
+        b"Z 1\n",                   // unknown frame
+        b"T 1  k\n",                // malformed
+        b"OK leader 0000000000000000000000000000000000000000000000000000000000000000\n",
+        b"E bad_frame\n",
+        b"E internal some text\n",
+        b"E duplicate_id\n",
+    ] {
+        let c = fatal_after_acquire(bad);
+        assert!(!c.reason.backoff_to_cap());
+    }
+    let c = fatal_after_acquire(&[b'x'; 600]);
+    assert_eq!(c.reason, CloseReason::Protocol("oversized frame"));
+}
+
+#[test]
+fn e_codes_and_moved() {
+    assert_eq!(fatal_after_acquire(b"E no_leader\n").reason, CloseReason::NoLeader);
+    assert_eq!(fatal_after_acquire(b"E auth_failed\n").reason, CloseReason::AuthFailed);
+    assert_eq!(fatal_after_acquire(b"E not_active\n").reason, CloseReason::NotActive);
+    assert_eq!(
+        fatal_after_acquire(b"M 10.0.0.1:5225\n").reason,
+        CloseReason::Moved(Addr::new("10.0.0.1:5225").unwrap())
+    );
+    assert_eq!(fatal_after_acquire(b"E shutting_down\n").reason, CloseReason::ServerError(ErrorCode::ShuttingDown));
+}
+
+#[test]
+fn unsolicited_grant_goes_to_the_lane_then_closes() {
+    let mut h = Harness::ready("leader", TOKEN);
+    h.events.clear();
+    h.input(2, b"A 5 k owner 77 0\n");
+    assert_eq!(
+        h.events[0],
+        SessionEvent::OrphanGrant { key: k("k"), owner: o("owner"), token: Token::new(77).unwrap() }
+    );
+    assert!(matches!(h.events[1], SessionEvent::Closed(Closed { reason: CloseReason::Protocol(_), .. })));
+}
+
+#[test]
+fn leader_notification_keeps_the_connection() {
+    let mut h = Harness::ready("follower", TOKEN);
+    h.input(2, b"L 10.0.0.2:5225\n");
+    assert_eq!(h.events[1], SessionEvent::Leader(Addr::new("10.0.0.2:5225").unwrap()));
+    assert!(h.s.is_ready());
+    assert!(h.closed().is_none());
+}
+
+#[test]
+fn registered_before_written_and_unsent_on_close() {
+    let mut h = Harness::ready("leader", TOKEN);
+    let req = Request::Acquire { key: k("k"), owner: o("o"), wait: 1, lease: 1 };
+    h.s.send(h.at(2), OpId(1), req.clone()).unwrap();
+    assert_eq!(h.s.possibly_written(OpId(1)), Some(false));
+    // closed before the bytes were handed out: unsent, may be routed elsewhere
+    h.s.handle_closed();
+    h.drain();
+    let c = h.closed().unwrap();
+    assert_eq!(c.unsent, vec![(OpId(1), req)]);
+    assert!(c.possibly_sent.is_empty());
+    assert!(h.wire.is_empty());
+}
+
+#[test]
+fn cancel_unsent_and_possibly_sent() {
+    let mut h = Harness::ready("leader", TOKEN);
+    let req = Request::Acquire { key: k("k"), owner: o("o"), wait: 1, lease: 1 };
+    h.s.send(h.at(2), OpId(1), req.clone()).unwrap();
+    assert_eq!(h.s.cancel(OpId(1)), CancelOutcome::Unsent);
+    h.drain();
+    assert!(h.wire.is_empty());
+    assert_eq!(h.s.pending_acquires(), 0);
+    h.s.send(h.at(2), OpId(2), req).unwrap();
+    h.drain();
+    assert_eq!(h.s.cancel(OpId(2)), CancelOutcome::PossiblySent);
+    assert_eq!(h.s.cancel(OpId(3)), CancelOutcome::NotFound);
+}
+
+#[test]
+fn keepalive_ping_then_dead() {
+    let mut h = Harness::ready("leader", TOKEN);
+    h.take_wire();
+    h.timeout(1000);
+    assert!(h.wire.is_empty(), "1 s of silence counts from the OK at t=1ms");
+    h.timeout(1001);
+    assert_eq!(h.take_wire(), "P 1\n");
+    h.input(1500, b"P 1\n");
+    assert!(h.closed().is_none());
+    h.timeout(2499);
+    assert!(h.wire.is_empty());
+    h.timeout(2500);
+    assert_eq!(h.take_wire(), "P 2\n");
+    // no ping twice, dead 4 s after the last arrival
+    h.timeout(4000);
+    assert!(h.wire.is_empty());
+    h.timeout(5499);
+    assert!(h.closed().is_none());
+    h.timeout(5500);
+    assert_eq!(h.closed().unwrap().reason, CloseReason::KeepaliveTimeout);
+}
+
+#[test]
+fn answer_deadline_is_wait_plus_five() {
+    let mut h = Harness::ready("leader", TOKEN);
+    h.acquire(10, 1, "k", "o", 2);
+    // keep the connection alive with pongs
+    for t in (1000..7000).step_by(900) {
+        h.timeout(t);
+        let w = h.take_wire();
+        if let Some(id) = w.strip_prefix("P ") {
+            h.input(t, format!("P {id}").as_bytes());
+        }
+    }
+    assert!(h.closed().is_none());
+    h.timeout(7009);
+    assert!(h.closed().is_none());
+    h.timeout(7010);
+    let c = h.closed().unwrap();
+    assert_eq!(c.reason, CloseReason::AnswerTimeout);
+    assert_eq!(c.possibly_sent.len(), 1);
+}
