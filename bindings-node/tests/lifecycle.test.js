@@ -132,8 +132,13 @@ const { TicketBroker } = require(workerData.pkg)
   )
   const results = await Promise.all(
     workers.map(async (w) => {
+      // Listen for 'exit' before awaiting the message: when the main thread
+      // is slow, Node delivers a worker's last message while handling its
+      // exit and emits 'exit' in the same tick, before a listener attached
+      // after `await once(w, 'message')` would exist.
+      const exited = once(w, 'exit')
       const [tokens] = await once(w, 'message')
-      const [code] = await once(w, 'exit')
+      const [code] = await exited
       assert.equal(code, 0)
       return tokens
     }),
