@@ -154,7 +154,15 @@ pub fn parse_server_line(line: &[u8]) -> Result<ServerFrame, FrameError> {
         }
         let text = match text {
             None => None,
-            Some(t) if t.is_empty() || !t.iter().all(|b| (0x20..=0x7E).contains(b)) => {
+            // Printable ASCII with the line rules of every field: no leading,
+            // trailing or double space (docs/protocol.md §2).
+            Some(t)
+                if t.is_empty()
+                    || !t.iter().all(|b| (0x20..=0x7E).contains(b))
+                    || t.first() == Some(&b' ')
+                    || t.last() == Some(&b' ')
+                    || t.windows(2).any(|w| w == b"  ") =>
+            {
                 return Err(bad("bad error text"))
             }
             Some(t) => Some(String::from_utf8_lossy(t).into_owned()),

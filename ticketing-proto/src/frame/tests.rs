@@ -267,3 +267,13 @@ fn line_fields_splits_one_line_by_the_line_rules() {
     assert!(matches!(line_fields(b"OK 1\r\n"), Err(FrameError::BadFrame(_))), "CR");
     assert_eq!(line_fields(&[b'x'; MAX_FRAME]), Err(FrameError::TooLarge));
 }
+
+#[test]
+fn error_text_with_stray_spaces_is_malformed() {
+    // Found by the decode_server fuzz target: these were accepted.
+    for line in [&b"E no_leader some text \n"[..], b"E no_leader some  text\n", b"E no_leader  text\n"] {
+        assert!(matches!(decode_server(line), Err(FrameError::BadFrame(_))), "{:?}", String::from_utf8_lossy(line));
+    }
+    assert!(decode_server(b"E no_leader\n").unwrap().is_some());
+    assert!(decode_server(b"E no_leader some text\n").unwrap().is_some());
+}
