@@ -129,7 +129,7 @@ pub fn check(events: &[Event], fin: &Final, bound_ns: u64, begin: u64, end: u64)
                 }
             }
             prev = Some(g);
-            if holder.is_none_or(|h| g.end > h.end) {
+            if !matches!(holder, Some(h) if g.end <= h.end) {
                 holder = Some(g);
             }
         }
@@ -138,7 +138,7 @@ pub fn check(events: &[Event], fin: &Final, bound_ns: u64, begin: u64, end: u64)
     let mut prefix_max = Vec::with_capacity(grants.len());
     let mut m: Option<&Grant> = None;
     for g in &grants {
-        if m.is_none_or(|x| g.token > x.token) {
+        if !matches!(m, Some(x) if g.token <= x.token) {
             m = Some(g);
         }
         prefix_max.push(m);

@@ -58,7 +58,7 @@ mod tests {
         let ys: Vec<u64> = (0..100).map(|_| b.range(3, 9)).collect();
         assert_eq!(xs, ys);
         assert!(xs.iter().all(|x| (3..=9).contains(x)));
-        assert!(xs.iter().any(|&x| x == 3) && xs.iter().any(|&x| x == 9));
+        assert!(xs.contains(&3) && xs.contains(&9));
         assert_ne!(Rng::new(8).next_u64(), Rng::new(7).next_u64());
     }
 }
