@@ -174,7 +174,7 @@ fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Profile::Soak => vec![Plan { nodes: cli.nodes.unwrap_or(3), duration: Some(cli.duration), ..base.clone() }],
     };
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()?;
     let (mut v, mut g, mut f, mut fr) = (0u64, 0u64, 0u64, 0u64);
     let mut failed_runs = 0;
     for plan in &plans {

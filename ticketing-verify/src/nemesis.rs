@@ -236,27 +236,44 @@ impl World {
 
     async fn pause_client(&mut self) -> anyhow::Result<Done> {
         let c = self.rng.index(self.clients.len());
+        let history = self.dir.join(format!("client-{c}.jsonl"));
+        let pauses = |h: &std::path::Path| -> Vec<(String, u64, u64)> {
+            let text = std::fs::read_to_string(h).unwrap_or_default();
+            text.lines()
+                .filter_map(|l| match serde_json::from_str::<Event>(l) {
+                    Ok(Event::Pause { key, token, dl, .. }) => Some((key, token, dl)),
+                    _ => None,
+                })
+                .collect()
+        };
+        // Only a pause recorded after this trigger counts (a client may be
+        // picked twice in a run).
+        let before = pauses(&history).len();
         let trigger = pause_trigger(&self.dir, c as u32);
         std::fs::write(&trigger, b"")?;
-        let history = self.dir.join(format!("client-{c}.jsonl"));
         let end = Instant::now() + Duration::from_secs(30);
         let paused = loop {
-            let text = std::fs::read_to_string(&history).unwrap_or_default();
-            if let Some(p) = text.lines().rev().find_map(|l| match serde_json::from_str::<Event>(l) {
-                Ok(Event::Pause { key, token, dl, .. }) => Some((key, token, dl)),
-                _ => None,
-            }) {
-                break Some(p);
+            if let Some(p) = pauses(&history).get(before) {
+                break Some(p.clone());
             }
             if Instant::now() > end {
                 break None;
             }
-            sleep(Duration::from_millis(20)).await;
+            sleep(Duration::from_millis(100)).await;
         };
         let Some((key, token, dl)) = paused else {
             let _ = std::fs::remove_file(&trigger);
             anyhow::bail!("client {c} did not reach a grant within 30 s to be paused");
         };
+        // The Pause event is written just before the client stops itself.
+        let pid = self.clients[c].id();
+        let until = Instant::now() + Duration::from_secs(5);
+        while !is_stopped(pid) && Instant::now() < until {
+            sleep(Duration::from_millis(10)).await;
+        }
+        if !is_stopped(pid) {
+            anyhow::bail!("client {c} recorded its pause but is not stopped");
+        }
         // Wait past its deadline until a newer token has written to its key:
         // only then can the fence tell its write is stale.
         let db = crate::db::open(&self.db)?;
@@ -270,7 +287,6 @@ impl World {
             sleep(Duration::from_millis(50)).await;
         }
         let stopped_ms = (mono_ns().saturating_sub(dl)) / 1_000_000;
-        let pid = self.clients[c].id();
         let _ = kill(Pid::from_raw(pid as i32), Signal::SIGCONT);
         Ok(Done {
             heal: mono_ns(),
@@ -279,4 +295,12 @@ impl World {
             ),
         })
     }
+}
+
+/// Whether process `pid` is stopped (state `T` in `/proc/<pid>/stat`).
+fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
+        .unwrap_or(false)
 }

@@ -63,6 +63,8 @@ pub struct Stats {
     pub resets: u64,
     /// Bytes discarded by `Drop`.
     pub dropped_bytes: u64,
+    /// The slowest attribution of a dialer, in ms.
+    pub max_attribution_ms: u64,
 }
 
 struct ConnEntry {
@@ -110,7 +112,11 @@ impl Net {
             let inner = inner.clone();
             tokio::spawn(async move {
                 loop {
-                    let Ok((s, peer)) = l.accept().await else { continue };
+                    let Ok((s, peer)) = l.accept().await else {
+                        // Out of descriptors or similar: never spin.
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    };
                     let inner = inner.clone();
                     tokio::spawn(async move { handle(inner, s, peer, addr, to, target).await });
                 }
@@ -194,9 +200,11 @@ async fn handle(
     target: SocketAddr,
 ) {
     let pids = inner.pids.lock().unwrap().clone();
+    let t = Instant::now();
     let from = tokio::task::spawn_blocking(move || attribute(peer.port(), local.port(), &pids)).await.ok().flatten();
     {
         let mut s = inner.stats.lock().unwrap();
+        s.max_attribution_ms = s.max_attribution_ms.max(t.elapsed().as_millis() as u64);
         s.accepted += 1;
         if from.is_none() {
             s.unattributed += 1;
@@ -291,8 +299,9 @@ async fn write_side(
             _ = tokio::time::sleep_until(at) => {}
             _ = kill.changed() => { abort(&w); return; }
         }
-        if w.write_all(&bytes).await.is_err() {
-            return;
+        tokio::select! {
+            r = w.write_all(&bytes) => if r.is_err() { return },
+            _ = kill.changed() => { abort(&w); return; }
         }
     }
     let _ = w.shutdown().await;

@@ -148,7 +148,17 @@ pub async fn run(plan: &Plan, bin: &Path, dir: &Path) -> anyhow::Result<Outcome>
         let before = db::total(&db::open(&dbp)?)?;
         match world.inject(nem).await {
             Ok(done) => {
-                let line = format!("{:>2}. {}: {}", i, nem.name(), done.detail);
+                let st = world.cluster.net.stats();
+                let line = format!(
+                    "{:>2}. {}: {} [peer connections open {}, accepted {}, unattributed {}, slowest attribution {} ms]",
+                    i,
+                    nem.name(),
+                    done.detail,
+                    world.cluster.net.open_links().len(),
+                    st.accepted,
+                    st.unattributed,
+                    st.max_attribution_ms
+                );
                 println!("{line}");
                 log.push(line);
                 rec.record(&Event::Fault {
@@ -193,8 +203,8 @@ pub async fn run(plan: &Plan, bin: &Path, dir: &Path) -> anyhow::Result<Outcome>
     world.cluster.kill_all();
     let s = world.cluster.net.stats();
     log.push(format!(
-        "proxy: {} peer connections ({} not attributed to a node), {} resets, {} bytes dropped",
-        s.accepted, s.unattributed, s.resets, s.dropped_bytes
+        "proxy: {} peer connections ({} not attributed to a node, slowest attribution {} ms), {} resets, {} bytes dropped",
+        s.accepted, s.unattributed, s.max_attribution_ms, s.resets, s.dropped_bytes
     ));
     let events = history::load(dir)?;
     let fin = db::read_final(&dbp)?;
