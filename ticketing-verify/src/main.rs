@@ -218,7 +218,7 @@ fn write_soak_report(path: &std::path::Path, plan: &Plan, out: &run::Outcome, ta
     let mins = out.elapsed.as_secs_f64() / 60.0;
     let section = format!(
         "{BEGIN}\nLast soak: {} nodes, seed {}, real duration {:.1} min, {} faults, {} grants, {} accepted writes, \
-         {} fence refusals, {} violations{}.\n\n{}\n```text\n{}\n```\n{END}",
+         {} fence refusals, {} violations{}.\n\nPer fault kind:\n\n{}\nEvery fault in order:\n\n{}\n```text\n{}\n```\n{END}",
         plan.nodes,
         plan.seed,
         mins,
@@ -228,6 +228,7 @@ fn write_soak_report(path: &std::path::Path, plan: &Plan, out: &run::Outcome, ta
         out.report.fence_refusals,
         out.report.violations.len(),
         if out.errors.is_empty() { String::new() } else { format!(", run errors: {}", out.errors.join("; ")) },
+        checker::by_fault(&out.report.rows),
         table,
         out.log.join("\n")
     );

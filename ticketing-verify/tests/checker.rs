@@ -143,3 +143,21 @@ fn no_grant_within_the_bound_after_a_heal_is_found() {
     // A heal too close to the end to judge is not a violation.
     assert!(check(&ev, &f, BOUND, 0, 1000 * MS).violations.is_empty());
 }
+
+#[test]
+fn the_summary_sums_rows_per_fault_kind() {
+    let (mut ev, f) = clean();
+    for (start, heal) in [(50, 60), (120, 130)] {
+        ev.push(Event::Fault {
+            name: "kill-leader".into(),
+            nodes: 3,
+            start: start * MS,
+            heal: heal * MS,
+            detail: String::new(),
+        });
+    }
+    let r = check(&ev, &f, BOUND, 0, 1000 * MS);
+    let s = ticketing_verify::checker::by_fault(&r.rows);
+    assert!(s.contains("| kill-leader | 2 | 2 |"), "{s}");
+    assert!(s.contains("| baseline | 1 | 0 |"), "{s}");
+}
