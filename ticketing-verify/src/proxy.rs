@@ -9,7 +9,8 @@
 //! by the dialing PROCESS: it finds the connection's socket inode in
 //! `/proc/net/tcp` and the node process whose `/proc/<pid>/fd` holds it
 //! (Linux only; every node process is a child of the run). A connection
-//! that cannot be attributed is forwarded untouched and counted.
+//! that cannot be attributed (three tries) is closed and counted: it must
+//! never cross a partition.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -199,9 +200,16 @@ async fn handle(
     to: usize,
     target: SocketAddr,
 ) {
-    let pids = inner.pids.lock().unwrap().clone();
     let t = Instant::now();
-    let from = tokio::task::spawn_blocking(move || attribute(peer.port(), local.port(), &pids)).await.ok().flatten();
+    let mut from = None;
+    for _ in 0..3 {
+        let pids = inner.pids.lock().unwrap().clone();
+        from = tokio::task::spawn_blocking(move || attribute(peer.port(), local.port(), &pids)).await.ok().flatten();
+        if from.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     {
         let mut s = inner.stats.lock().unwrap();
         s.max_attribution_ms = s.max_attribution_ms.max(t.elapsed().as_millis() as u64);
@@ -209,6 +217,11 @@ async fn handle(
         if from.is_none() {
             s.unattributed += 1;
         }
+    }
+    if from.is_none() {
+        // Never let an unknown dialer through: it could cross a partition.
+        // Closing looks like a flaky network to the node, which redials.
+        return;
     }
     let Ok(Ok(server)) = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(target)).await else {
         return;
@@ -373,5 +386,12 @@ mod tests {
         let s = net.stats();
         assert_eq!((s.accepted, s.unattributed, s.dropped_bytes), (1, 0, 5));
         assert!(s.resets >= 1);
+        // A dialer that is no known node is never let through.
+        net.set_pid(0, None);
+        let mut c = TcpStream::connect(net.addrs[1]).await.unwrap();
+        let _ = c.write_all(b"hello").await;
+        let r = tokio::time::timeout(Duration::from_secs(5), c.read(&mut b)).await.unwrap();
+        assert!(matches!(r, Ok(0) | Err(_)), "an unattributed connection was forwarded: {r:?}");
+        assert_eq!(net.stats().unattributed, 1);
     }
 }
