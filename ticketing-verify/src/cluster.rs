@@ -211,6 +211,7 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         self.kill_all();
+        self.net.shutdown();
     }
 }
 

@@ -276,11 +276,11 @@ impl World {
         }
         // Wait past its deadline until a newer token has written to its key:
         // only then can the fence tell its write is stale.
-        let db = crate::db::open(&self.db)?;
         let end = Instant::now() + Duration::from_secs(40);
         let mut hw = 0;
         while Instant::now() < end {
-            hw = crate::db::high_water(&db, &key)?;
+            let (p, k) = (self.db.clone(), key.clone());
+            hw = tokio::task::spawn_blocking(move || crate::db::high_water(&crate::db::open(&p)?, &k)).await??;
             if mono_ns() > dl + ns(Duration::from_millis(200)) && hw > token {
                 break;
             }

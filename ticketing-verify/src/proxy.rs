@@ -82,6 +82,8 @@ struct Inner {
     next: AtomicU64,
     stats: Mutex<Stats>,
     rng: Mutex<Rng>,
+    /// The proxies' own runtime: no blocking call of the run can stall them.
+    rt: Mutex<Option<tokio::runtime::Runtime>>,
 }
 
 /// The proxies of one cluster.
@@ -94,8 +96,16 @@ pub struct Net {
 
 impl Net {
     /// Binds one proxy per node on 127.0.0.1 (any free port) forwarding to
-    /// `targets[i]`, and starts them on the current tokio runtime.
+    /// `targets[i]`, and starts them on a runtime of their own (two threads),
+    /// so that nothing the run blocks on can delay the peer traffic. Stop it
+    /// with [`Net::shutdown`].
     pub async fn start(targets: Vec<SocketAddr>, seed: u64) -> anyhow::Result<Net> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("verify-proxy")
+            .enable_all()
+            .build()?;
+        let rth = rt.handle().clone();
         let n = targets.len();
         let inner = Arc::new(Inner {
             rules: Mutex::new(vec![vec![Rule::Pass; n]; n]),
@@ -104,14 +114,20 @@ impl Net {
             next: AtomicU64::new(1),
             stats: Mutex::new(Stats::default()),
             rng: Mutex::new(Rng::new(seed)),
+            rt: Mutex::new(Some(rt)),
         });
         let mut addrs = Vec::new();
         for (to, target) in targets.into_iter().enumerate() {
-            let l = TcpListener::bind("127.0.0.1:0").await?;
-            let addr = l.local_addr()?;
+            let std_l = std::net::TcpListener::bind("127.0.0.1:0")?;
+            std_l.set_nonblocking(true)?;
+            let addr = std_l.local_addr()?;
             addrs.push(addr);
             let inner = inner.clone();
-            tokio::spawn(async move {
+            let l = {
+                let _guard = rth.enter();
+                TcpListener::from_std(std_l)?
+            };
+            rth.spawn(async move {
                 loop {
                     let Ok((s, peer)) = l.accept().await else {
                         // Out of descriptors or similar: never spin.
@@ -124,6 +140,13 @@ impl Net {
             });
         }
         Ok(Net { inner, addrs })
+    }
+
+    /// Stops every proxy and drops its connections (idempotent).
+    pub fn shutdown(&self) {
+        if let Some(rt) = self.inner.rt.lock().unwrap().take() {
+            rt.shutdown_background();
+        }
     }
 
     /// Records the process of node `i` (None: not running).
@@ -393,5 +416,6 @@ mod tests {
         let r = tokio::time::timeout(Duration::from_secs(5), c.read(&mut b)).await.unwrap();
         assert!(matches!(r, Ok(0) | Err(_)), "an unattributed connection was forwarded: {r:?}");
         assert_eq!(net.stats().unattributed, 1);
+        net.shutdown();
     }
 }

@@ -86,15 +86,20 @@ fn spawn_client(
     Ok(child)
 }
 
+/// The counter total, read off the async threads (SQLite blocks).
+async fn total(dbp: &Path) -> anyhow::Result<u64> {
+    let p = dbp.to_owned();
+    tokio::task::spawn_blocking(move || db::total(&db::open(&p)?)).await?
+}
+
 /// Waits until the counter total exceeds `than` (bounded).
 async fn progress(dbp: &Path, than: u64, limit: Duration) -> bool {
     let end = Instant::now() + limit;
-    let Ok(c) = db::open(dbp) else { return false };
     while Instant::now() < end {
-        if db::total(&c).unwrap_or(0) > than {
+        if total(dbp).await.unwrap_or(0) > than {
             return true;
         }
-        sleep(Duration::from_millis(50)).await;
+        sleep(Duration::from_millis(100)).await;
     }
     false
 }
@@ -145,7 +150,7 @@ pub async fn run(plan: &Plan, bin: &Path, dir: &Path) -> anyhow::Result<Outcome>
         };
         i += 1;
         let start = mono_ns();
-        let before = db::total(&db::open(&dbp)?)?;
+        let before = total(&dbp).await?;
         match world.inject(nem).await {
             Ok(done) => {
                 let st = world.cluster.net.stats();
@@ -168,7 +173,7 @@ pub async fn run(plan: &Plan, bin: &Path, dir: &Path) -> anyhow::Result<Outcome>
                     heal: done.heal,
                     detail: done.detail,
                 })?;
-                let at_heal = db::total(&db::open(&dbp)?)?.max(before);
+                let at_heal = total(&dbp).await?.max(before);
                 progress(&dbp, at_heal, plan.bound).await;
                 sleep(Duration::from_millis(1000)).await;
             }
