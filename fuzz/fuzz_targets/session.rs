@@ -59,7 +59,11 @@ fuzz_target!(|data: &[u8]| {
             }
             1 => {
                 op += 1;
-                let _ = s.send(now, OpId(op), Request::Acquire { key: key.clone(), owner: owner.clone(), wait: arg % 4, lease: 1 + arg % 10 });
+                let _ = s.send(
+                    now,
+                    OpId(op),
+                    Request::Acquire { key: key.clone(), owner: owner.clone(), wait: arg % 4, lease: 1 + arg % 10 },
+                );
                 rest = &rest[1.min(rest.len())..];
             }
             2 => {
