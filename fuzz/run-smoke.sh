@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# A short bounded run of every fuzz target (called by scripts/test):
+#   fuzz/run-smoke.sh [SECONDS per target, default 10]
+# Needs a nightly toolchain (rustup toolchain install nightly) and cargo-fuzz
+# (installed here with `cargo install cargo-fuzz` when missing). Without
+# nightly it prints "SKIPPED" and exits 0. Prints one line per target:
+# "fuzz <target>: ok (<execs> execs)" or "fuzz <target>: FAILED"; exits
+# non-zero if any target failed. Long runs: docs/verification.md.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+SECS=${1:-10}
+TARGETS="decode_client decode_server session server_conn peer_handshake peer_frame"
+if ! cargo +nightly --version >/dev/null 2>&1; then
+    echo "fuzz: SKIPPED: no nightly toolchain (rustup toolchain install nightly)"
+    exit 0
+fi
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "fuzz: installing cargo-fuzz (cargo install cargo-fuzz)"
+    start=$(date +%s)
+    cargo install cargo-fuzz --locked >/dev/null 2>&1 || cargo install cargo-fuzz >/dev/null 2>&1 || {
+        echo "fuzz: SKIPPED: cargo install cargo-fuzz failed"; exit 0; }
+    echo "fuzz: cargo-fuzz installed in $(( $(date +%s) - start )) s"
+fi
+cd "$HERE"
+echo "fuzz: building the targets"
+if ! cargo +nightly fuzz build -O >build.log 2>&1; then
+    tail -n 30 build.log
+    for t in $TARGETS; do echo "fuzz $t: FAILED (build)"; done
+    exit 1
+fi
+rc=0
+for t in $TARGETS; do
+    mkdir -p "corpus/$t"
+    log="run-$t.log"
+    if cargo +nightly fuzz run -O "$t" "corpus/$t" "seeds/$t" -- -max_total_time="$SECS" -rss_limit_mb=2048 >"$log" 2>&1; then
+        execs=$(grep -Eo 'Done [0-9]+ runs' "$log" | grep -Eo '[0-9]+' | tail -n 1)
+        echo "fuzz $t: ok (${execs:-?} execs in ${SECS} s)"
+    else
+        rc=1
+        echo "fuzz $t: FAILED"
+        grep -E -A 20 'panicked|ERROR|SUMMARY' "$log" | head -n 40
+    fi
+done
+exit $rc

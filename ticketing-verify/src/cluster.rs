@@ -1,0 +1,230 @@
+//! A cluster of real `ticketing-server` processes on loopback whose peer
+//! traffic crosses the proxies of [`crate::proxy::Net`].
+//!
+//! How a node finds itself among `--peers` (docs/deployment.md): its
+//! `--peer-listen` is its real port, which is NOT in `--peers`; `--peers`
+//! lists the proxies. The node then finds its own entry by dialing the
+//! entries and recognizing its NodeId in the handshake (that dial crosses
+//! its own proxy, the link `i → i`, which no fault touches). No server
+//! change is needed.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
+
+use crate::proxy::Net;
+
+/// A free loopback port below the kernel's ephemeral range (so no outgoing
+/// connection takes it between this check and the server's bind).
+pub fn free_port() -> anyhow::Result<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = 20_000 + (std::process::id() % 97) * 123;
+    for _ in 0..12_000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let mut port = base + n % 12_000;
+        if port >= 32_000 {
+            port -= 12_000;
+        }
+        if TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            return Ok(port as u16);
+        }
+    }
+    anyhow::bail!("no free loopback port below 32000")
+}
+
+/// One node slot: fixed addresses, the current process.
+pub struct Node {
+    /// Client port.
+    pub client: u16,
+    /// Real peer port (`--peer-listen`).
+    pub peer: u16,
+    /// Admin HTTP port.
+    pub admin: u16,
+    /// The running process.
+    pub child: Option<Child>,
+    /// Starts so far (names the log files).
+    pub starts: u32,
+}
+
+/// The cluster.
+pub struct Cluster {
+    /// Node slots.
+    pub nodes: Vec<Node>,
+    /// The proxies.
+    pub net: Net,
+    bin: PathBuf,
+    dir: PathBuf,
+}
+
+impl Cluster {
+    /// Allocates addresses and starts the proxies (no node runs yet).
+    pub async fn new(n: usize, bin: &Path, dir: &Path, seed: u64) -> anyhow::Result<Cluster> {
+        let mut nodes = Vec::new();
+        for _ in 0..n {
+            nodes.push(Node { client: free_port()?, peer: free_port()?, admin: free_port()?, child: None, starts: 0 });
+        }
+        let targets: Vec<SocketAddr> = nodes.iter().map(|n| SocketAddr::from(([127, 0, 0, 1], n.peer))).collect();
+        let net = Net::start(targets, seed).await?;
+        Ok(Cluster { nodes, net, bin: bin.to_owned(), dir: dir.to_owned() })
+    }
+
+    /// Client addresses of all nodes.
+    pub fn client_addrs(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.client)).collect()
+    }
+
+    /// Starts node `i` as a fresh process (new NodeId).
+    pub fn start(&mut self, i: usize, bootstrap: bool) -> anyhow::Result<()> {
+        let peers = self.net.addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
+        let node = &mut self.nodes[i];
+        node.starts += 1;
+        let log = std::fs::File::create(self.dir.join(format!("node{}-{}.log", i, node.starts)))?;
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("--listen")
+            .arg(format!("127.0.0.1:{}", node.client))
+            .arg("--advertise")
+            .arg(format!("127.0.0.1:{}", node.client))
+            .arg("--peer-listen")
+            .arg(format!("127.0.0.1:{}", node.peer))
+            .arg("--peers")
+            .arg(&peers)
+            .arg("--admin-listen")
+            .arg(format!("127.0.0.1:{}", node.admin))
+            .env("RUST_LOG", "info")
+            .env_remove("TICKETING_CLIENT_TOKENS")
+            .env_remove("TICKETING_PEER_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        if bootstrap {
+            cmd.arg("--bootstrap");
+        }
+        let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot start {}: {e}", self.bin.display()))?;
+        self.net.set_pid(i, Some(child.id()));
+        node.child = Some(child);
+        Ok(())
+    }
+
+    /// `kill -9` of node `i`; returns once the process is gone.
+    pub fn kill9(&mut self, i: usize) {
+        if let Some(mut c) = self.nodes[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.net.set_pid(i, None);
+    }
+
+    /// SIGTERM to node `i`, then waits up to 10 s (then `kill -9`).
+    pub async fn stop(&mut self, i: usize) {
+        if let Some(c) = &mut self.nodes[i].child {
+            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGTERM);
+            let end = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < end {
+                if c.try_wait().ok().flatten().is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        self.kill9(i);
+    }
+
+    /// SIGSTOP / SIGCONT of node `i`.
+    pub fn signal(&self, i: usize, sig: Signal) {
+        if let Some(c) = &self.nodes[i].child {
+            let _ = kill(Pid::from_raw(c.id() as i32), sig);
+        }
+    }
+
+    /// `/status` of node `i`, parsed (None if not reachable within 1 s).
+    pub async fn status(&self, i: usize) -> Option<serde_json::Value> {
+        self.nodes[i].child.as_ref()?;
+        let body = http_get(self.nodes[i].admin, "/status").await?;
+        serde_json::from_str(&body).ok()
+    }
+
+    /// Nodes whose `/status` says serving leader.
+    pub async fn serving_leaders(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        for i in 0..self.nodes.len() {
+            if let Some(s) = self.status(i).await {
+                if s["role"] == "leader" && s["serving"] == true {
+                    out.push(i);
+                }
+            }
+        }
+        out
+    }
+
+    /// Waits until exactly one node is the serving leader.
+    pub async fn wait_leader(&self, limit: Duration) -> Option<usize> {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            let l = self.serving_leaders().await;
+            if l.len() == 1 {
+                return Some(l[0]);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        None
+    }
+
+    /// Waits until node `i` lists itself as a voter.
+    pub async fn wait_voter(&self, i: usize, limit: Duration) -> bool {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if let Some(s) = self.status(i).await {
+                let me = s["node_id"].as_u64();
+                let voter = s["members"]
+                    .as_array()
+                    .is_some_and(|ms| ms.iter().any(|m| m["id"].as_u64() == me && m["voter"] == true));
+                if voter {
+                    return true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+
+    /// Whether node `i` still says it serves.
+    pub async fn is_serving(&self, i: usize) -> bool {
+        self.status(i).await.is_some_and(|s| s["serving"] == true)
+    }
+
+    /// Kills every node.
+    pub fn kill_all(&mut self) {
+        for i in 0..self.nodes.len() {
+            self.signal(i, Signal::SIGCONT);
+            self.kill9(i);
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.kill_all();
+        self.net.shutdown();
+    }
+}
+
+/// A raw HTTP/1.1 GET on 127.0.0.1:`port`; the body of a 200 answer.
+pub async fn http_get(port: u16, path: &str) -> Option<String> {
+    let fut = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.ok()?;
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await.ok()?;
+        let out = String::from_utf8(out).ok()?;
+        let (head, body) = out.split_once("\r\n\r\n")?;
+        head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+    };
+    tokio::time::timeout(Duration::from_secs(1), fut).await.ok().flatten()
+}

@@ -1,0 +1,178 @@
+//! The history: one JSON object per line, appended by each client process
+//! (`client-<n>.jsonl`) and by the nemesis (`nemesis.jsonl`). Every
+//! timestamp is `CLOCK_MONOTONIC` nanoseconds (`clock::mono_ns`).
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// One recorded event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "ev", rename_all = "snake_case")]
+pub enum Event {
+    /// An acquire that returned a ticket.
+    Grant {
+        /// Client process number.
+        client: u32,
+        /// The key.
+        key: String,
+        /// The fencing token.
+        token: u64,
+        /// When `acquire` was called.
+        call: u64,
+        /// When it returned (the grant answer, as seen by the caller).
+        ans: u64,
+        /// The ticket's conservative deadline, never later than the client's own.
+        dl: u64,
+    },
+    /// An acquire that returned anything else.
+    Acquire {
+        /// Client process number.
+        client: u32,
+        /// The key.
+        key: String,
+        /// When `acquire` was called.
+        call: u64,
+        /// When it returned.
+        ans: u64,
+        /// `timeout` (T), or the error's code (`busy`, `indeterminate`, …).
+        result: String,
+    },
+    /// A holder about to stop itself (the client-pause nemesis).
+    Pause {
+        /// Client process number.
+        client: u32,
+        /// The key.
+        key: String,
+        /// The token it holds.
+        token: u64,
+        /// Its conservative deadline.
+        dl: u64,
+    },
+    /// A fenced write attempt: one transaction with the fence update.
+    Write {
+        /// Client process number.
+        client: u32,
+        /// The key.
+        key: String,
+        /// The token it was fenced with.
+        token: u64,
+        /// When the write was issued (inside the transaction, write lock held).
+        issued: u64,
+        /// When the commit or rollback returned.
+        done: u64,
+        /// `accepted` (committed), `refused` (fence: zero rows), `skipped`
+        /// (too close to the deadline, nothing written) or `error`.
+        result: String,
+    },
+    /// A release.
+    Release {
+        /// Client process number.
+        client: u32,
+        /// The key.
+        key: String,
+        /// The token released.
+        token: u64,
+        /// When `release` was called (the holder stopped using the lock).
+        start: u64,
+        /// When it returned.
+        end: u64,
+        /// `released`, `not_held`, or the error's code.
+        result: String,
+    },
+    /// A fault of the nemesis.
+    Fault {
+        /// Its name (`kill-leader`, `partition-leader`, …).
+        name: String,
+        /// Nodes in the cluster of this fault.
+        nodes: u32,
+        /// When it started.
+        start: u64,
+        /// When it healed (the cluster must grant again within the bound from here).
+        heal: u64,
+        /// What it did, for the log.
+        detail: String,
+    },
+}
+
+impl Event {
+    /// The client that recorded it, if any.
+    pub fn client(&self) -> Option<u32> {
+        match self {
+            Event::Grant { client, .. }
+            | Event::Acquire { client, .. }
+            | Event::Pause { client, .. }
+            | Event::Write { client, .. }
+            | Event::Release { client, .. } => Some(*client),
+            Event::Fault { .. } => None,
+        }
+    }
+}
+
+/// Appends events to one file, one line each, flushed per event (a
+/// process may be killed at any time; what it wrote stays).
+pub struct Recorder {
+    file: File,
+}
+
+impl Recorder {
+    /// Creates (or appends to) `path`.
+    pub fn open(path: &Path) -> anyhow::Result<Recorder> {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(Recorder { file })
+    }
+
+    /// Writes one event.
+    pub fn record(&mut self, e: &Event) -> anyhow::Result<()> {
+        let mut line = serde_json::to_vec(e)?;
+        line.push(b'\n');
+        self.file.write_all(&line)?;
+        Ok(())
+    }
+}
+
+/// Reads every `*.jsonl` file of `dir`. A torn last line (a killed writer)
+/// is skipped; any other malformed line is an error.
+pub fn load(dir: &Path) -> anyhow::Result<Vec<Event>> {
+    let mut out = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .collect();
+    files.sort();
+    for f in files {
+        let lines: Vec<String> = BufReader::new(File::open(&f)?).lines().collect::<Result<_, _>>()?;
+        let n = lines.len();
+        for (i, line) in lines.into_iter().enumerate() {
+            match serde_json::from_str::<Event>(&line) {
+                Ok(e) => out.push(e),
+                Err(_) if i + 1 == n => {}
+                Err(e) => anyhow::bail!("{}: line {}: {e}", f.display(), i + 1),
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_round_trip_and_a_torn_tail_is_skipped() {
+        let dir = std::env::temp_dir().join(format!("tv-hist-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("client-1.jsonl");
+        let _ = std::fs::remove_file(&p);
+        let e = Event::Grant { client: 1, key: "k".into(), token: 5, call: 1, ans: 2, dl: 3 };
+        let mut r = Recorder::open(&p).unwrap();
+        r.record(&e).unwrap();
+        std::fs::OpenOptions::new().append(true).open(&p).unwrap().write_all(b"{\"ev\":\"gra").unwrap();
+        assert_eq!(load(&dir).unwrap(), vec![e]);
+        std::fs::write(dir.join("bad.jsonl"), "nonsense\n{}\n").unwrap();
+        assert!(load(&dir).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,241 @@
+//! `ticketing-verify`: the fault suite's one command (docs/verification.md).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use ticketing_verify::checker::{self, last_line};
+use ticketing_verify::nemesis::Nemesis;
+use ticketing_verify::run::{self, Plan};
+use ticketing_verify::workload::{self, ClientArgs};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Profile {
+    /// ≤ 5 min: fixed seeds, every fault at least once, 3 and 5 nodes.
+    Ci,
+    /// Long manual runs: random faults until --duration; writes its table to docs/verification.md.
+    Soak,
+}
+
+#[derive(Debug, Parser)]
+#[command(name = "ticketing-verify", version, about = "Jepsen-style fault suite for Ticketing")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    /// ci or soak.
+    #[arg(long, value_enum, default_value = "ci")]
+    profile: Profile,
+    /// Seed of every choice (ci: the 3-node run uses it, the 5-node run seed + 1; each runs every fault once, in an order drawn from its seed).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Only this cluster size (3 or 5): with ci, that size runs every fault.
+    #[arg(long)]
+    nodes: Option<usize>,
+    /// Soak length: `30m`, `90s`, `1h` or seconds.
+    #[arg(long, value_parser = parse_duration, default_value = "30m")]
+    duration: Duration,
+    /// `sqlite` (default) or a PostgreSQL URL.
+    #[arg(long, default_value = "sqlite")]
+    db: String,
+    /// The server binary (default: `ticketing-server` next to this binary).
+    #[arg(long)]
+    server: Option<PathBuf>,
+    /// Where runs keep their files (default: a temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Soak: the file its table goes into.
+    #[arg(long, default_value = "docs/verification.md")]
+    report: PathBuf,
+    /// The failover bound after a heal, in seconds.
+    #[arg(long, default_value_t = 15)]
+    bound: u64,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// One workload client process (spawned by a run).
+    #[command(hide = true)]
+    Client {
+        #[arg(long)]
+        id: u32,
+        #[arg(long, value_delimiter = ',')]
+        addrs: Vec<String>,
+        #[arg(long, value_delimiter = ',')]
+        keys: Vec<String>,
+        #[arg(long)]
+        db: PathBuf,
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        seed: u64,
+        #[arg(long)]
+        duration_ms: u64,
+        #[arg(long)]
+        wait_ms: u64,
+        #[arg(long)]
+        lease_ms: u64,
+        #[arg(long)]
+        budget_ms: u64,
+    },
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.find(|c: char| !c.is_ascii_digit()).map_or((s, ""), |i| s.split_at(i));
+    let n: u64 = num.parse().map_err(|_| format!("bad duration {s:?}: use 30m, 90s, 1h or seconds"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("bad duration unit in {s:?}: s, m or h")),
+    };
+    if secs == 0 {
+        return Err("the duration must be positive".into());
+    }
+    Ok(Duration::from_secs(secs))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(Cmd::Client { id, addrs, keys, db, dir, seed, duration_ms, wait_ms, lease_ms, budget_ms }) = cli.cmd {
+        let ms = Duration::from_millis;
+        let args = ClientArgs {
+            id,
+            addrs,
+            keys,
+            db,
+            dir,
+            seed,
+            duration: ms(duration_ms),
+            wait: ms(wait_ms),
+            lease: ms(lease_ms),
+            budget: ms(budget_ms),
+        };
+        return match workload::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("ticketing-verify client {id}: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    match main_run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ticketing-verify: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if cli.db != "sqlite" {
+        anyhow::bail!(
+            "--db {:?}: only `sqlite` is supported by this build (PostgreSQL is not implemented yet)",
+            cli.db
+        );
+    }
+    if let Some(n) = cli.nodes {
+        if n != 3 && n != 5 {
+            anyhow::bail!("--nodes must be 3 or 5, got {n}");
+        }
+    }
+    let server = match cli.server {
+        Some(s) => s,
+        None => std::env::current_exe()?.with_file_name("ticketing-server"),
+    };
+    if !server.is_file() {
+        anyhow::bail!(
+            "server binary {} not found: build it with `cargo build --release -p ticketing-server` or pass --server",
+            server.display()
+        );
+    }
+    let bound = Duration::from_secs(cli.bound);
+    let base = Plan { nodes: 3, seed: cli.seed, nemeses: Vec::new(), duration: None, clients: 4, keys: 3, bound };
+    let plans: Vec<Plan> = match cli.profile {
+        Profile::Ci => {
+            let all = |seed: u64| {
+                let mut v = Nemesis::ALL.to_vec();
+                ticketing_verify::rng::Rng::new(seed).shuffle(&mut v);
+                v
+            };
+            match cli.nodes {
+                Some(n) => vec![Plan { nodes: n, nemeses: all(cli.seed), ..base.clone() }],
+                None => vec![
+                    Plan { nodes: 3, nemeses: all(cli.seed), ..base.clone() },
+                    Plan {
+                        nodes: 5,
+                        seed: cli.seed.wrapping_add(1),
+                        nemeses: all(cli.seed.wrapping_add(1)),
+                        ..base.clone()
+                    },
+                ],
+            }
+        }
+        Profile::Soak => vec![Plan { nodes: cli.nodes.unwrap_or(3), duration: Some(cli.duration), ..base.clone() }],
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()?;
+    let (mut v, mut g, mut f, mut fr) = (0u64, 0u64, 0u64, 0u64);
+    let mut failed_runs = 0;
+    for plan in &plans {
+        let name = format!("{}-nodes-seed-{}", plan.nodes, plan.seed);
+        let dir = run::run_dir(cli.dir.as_deref(), &name);
+        println!("== {name}: {} clients, {} keys, history in {}", plan.clients, plan.keys, dir.display());
+        let out = rt.block_on(run::run(plan, &server, &dir))?;
+        for l in &out.log[out.log.len().saturating_sub(1)..] {
+            println!("{l}");
+        }
+        let table = checker::table(&out.report.rows);
+        println!("\n{table}");
+        println!("accepted writes: {}, real duration: {:.1} s", out.report.accepted, out.elapsed.as_secs_f64());
+        for e in &out.errors {
+            println!("RUN ERROR: {e}");
+        }
+        for viol in &out.report.violations {
+            println!("VIOLATION: {viol}");
+        }
+        if !out.errors.is_empty() {
+            failed_runs += 1;
+        }
+        if cli.profile == Profile::Soak {
+            write_soak_report(&cli.report, plan, &out, &table)?;
+        }
+        v += out.report.violations.len() as u64;
+        g += out.report.grants;
+        f += out.report.faults;
+        fr += out.report.fence_refusals;
+    }
+    println!("{}", last_line(v, g, f, fr));
+    Ok(if v > 0 || failed_runs > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
+}
+
+const BEGIN: &str = "<!-- soak:begin -->";
+const END: &str = "<!-- soak:end -->";
+
+/// Puts the soak's table between the markers of `path` (appends them if missing).
+fn write_soak_report(path: &std::path::Path, plan: &Plan, out: &run::Outcome, table: &str) -> anyhow::Result<()> {
+    let old = std::fs::read_to_string(path).unwrap_or_default();
+    let mins = out.elapsed.as_secs_f64() / 60.0;
+    let section = format!(
+        "{BEGIN}\nLast soak: {} nodes, seed {}, real duration {:.1} min, {} faults, {} grants, {} accepted writes, \
+         {} fence refusals, {} violations{}.\n\nPer fault kind:\n\n{}\nEvery fault in order:\n\n{}\n```text\n{}\n```\n{END}",
+        plan.nodes,
+        plan.seed,
+        mins,
+        out.report.faults,
+        out.report.grants,
+        out.report.accepted,
+        out.report.fence_refusals,
+        out.report.violations.len(),
+        if out.errors.is_empty() { String::new() } else { format!(", run errors: {}", out.errors.join("; ")) },
+        checker::by_fault(&out.report.rows),
+        table,
+        out.log.join("\n")
+    );
+    let new = match (old.find(BEGIN), old.find(END)) {
+        (Some(a), Some(b)) if a < b => format!("{}{}{}", &old[..a], section, &old[b + END.len()..]),
+        _ => format!("{old}\n{section}\n"),
+    };
+    std::fs::write(path, new)?;
+    Ok(())
+}

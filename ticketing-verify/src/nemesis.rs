@@ -1,0 +1,306 @@
+//! The nemesis: faults drawn from the seed, each recorded as a `Fault`
+//! event with its start and the moment it healed.
+
+use std::path::PathBuf;
+use std::process::Child;
+use std::time::Duration;
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::time::{sleep, Instant};
+
+use crate::clock::{mono_ns, ns};
+use crate::cluster::Cluster;
+use crate::history::Event;
+use crate::proxy::Rule;
+use crate::rng::Rng;
+use crate::workload::pause_trigger;
+
+/// Election timeout maximum of the server's defaults (docs/deployment.md).
+pub const ELECTION_MAX: Duration = Duration::from_millis(1200);
+
+/// The faults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nemesis {
+    /// `kill -9` of the serving leader, then a restart (learner replacement).
+    KillLeader,
+    /// `kill -9` of a follower, then a restart.
+    KillFollower,
+    /// The leader cut off from every other node (both directions).
+    PartitionLeader,
+    /// A follower cut off from every other node.
+    IsolateFollower,
+    /// One-way: the leader's bytes to every follower dropped, theirs still arrive.
+    OneWay,
+    /// Every link delayed 0–40 ms and reset at random.
+    Flaky,
+    /// Every link delayed 20–120 ms.
+    Slow,
+    /// Every peer connection reset, four times.
+    ResetLinks,
+    /// Every node in turn: SIGTERM, restart, wait until it is a voter again.
+    RollingRestart,
+    /// A client stopped while holding, past its lease; SIGCONT once a newer
+    /// token has written: its write must be refused by the fence.
+    PauseClient,
+    /// The leader stopped (SIGSTOP) past the election timeout, then SIGCONT.
+    PauseLeader,
+}
+
+impl Nemesis {
+    /// Every fault.
+    pub const ALL: [Nemesis; 11] = [
+        Nemesis::KillLeader,
+        Nemesis::KillFollower,
+        Nemesis::PartitionLeader,
+        Nemesis::IsolateFollower,
+        Nemesis::OneWay,
+        Nemesis::Flaky,
+        Nemesis::Slow,
+        Nemesis::ResetLinks,
+        Nemesis::RollingRestart,
+        Nemesis::PauseClient,
+        Nemesis::PauseLeader,
+    ];
+
+    /// Its name in the history and the table.
+    pub fn name(self) -> &'static str {
+        match self {
+            Nemesis::KillLeader => "kill-leader",
+            Nemesis::KillFollower => "kill-follower",
+            Nemesis::PartitionLeader => "partition-leader",
+            Nemesis::IsolateFollower => "isolate-follower",
+            Nemesis::OneWay => "one-way-drop",
+            Nemesis::Flaky => "flaky-links",
+            Nemesis::Slow => "slow-links",
+            Nemesis::ResetLinks => "reset-links",
+            Nemesis::RollingRestart => "rolling-restart",
+            Nemesis::PauseClient => "pause-client",
+            Nemesis::PauseLeader => "pause-leader",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<Nemesis> {
+        Nemesis::ALL.into_iter().find(|n| n.name() == s)
+    }
+}
+
+/// Everything a fault acts on.
+pub struct World {
+    /// The cluster.
+    pub cluster: Cluster,
+    /// Workload client processes (index = client id).
+    pub clients: Vec<Child>,
+    /// The run directory.
+    pub dir: PathBuf,
+    /// The database.
+    pub db: PathBuf,
+    /// Choices.
+    pub rng: Rng,
+}
+
+/// What a fault did.
+pub struct Done {
+    /// When the cluster should grant again within the bound from.
+    pub heal: u64,
+    /// A line for the log.
+    pub detail: String,
+}
+
+impl World {
+    /// The serving leader (waits up to 20 s), or an error.
+    async fn leader(&self) -> anyhow::Result<usize> {
+        self.cluster
+            .wait_leader(Duration::from_secs(20))
+            .await
+            .ok_or_else(|| anyhow::anyhow!("no serving leader within 20 s"))
+    }
+
+    fn follower_of(&mut self, leader: usize) -> usize {
+        let n = self.cluster.nodes.len();
+        (leader + 1 + self.rng.index(n - 1)) % n
+    }
+
+    /// Restarts node `i` without `--bootstrap` and waits until it is a voter.
+    async fn restart(&mut self, i: usize) -> anyhow::Result<String> {
+        self.cluster.start(i, false)?;
+        let t = Instant::now();
+        if self.cluster.wait_voter(i, Duration::from_secs(40)).await {
+            Ok(format!("node {i} voter again after {} ms", t.elapsed().as_millis()))
+        } else {
+            anyhow::bail!("restarted node {i} did not become a voter within 40 s")
+        }
+    }
+
+    /// Runs one fault to its heal.
+    pub async fn inject(&mut self, nem: Nemesis) -> anyhow::Result<Done> {
+        let hold = |ms: u64| sleep(Duration::from_millis(ms));
+        match nem {
+            Nemesis::KillLeader | Nemesis::KillFollower => {
+                let l = self.leader().await?;
+                let victim = if nem == Nemesis::KillLeader { l } else { self.follower_of(l) };
+                self.cluster.kill9(victim);
+                // A majority is still up: the cluster must grant again at once
+                // (after a failover when the leader died).
+                let heal = mono_ns();
+                hold(1000 + self.rng.range(0, 1000)).await;
+                let d = self.restart(victim).await?;
+                Ok(Done { heal, detail: format!("kill -9 node {victim} (leader was {l}); {d}") })
+            }
+            Nemesis::PartitionLeader | Nemesis::IsolateFollower => {
+                let l = self.leader().await?;
+                let victim = if nem == Nemesis::PartitionLeader { l } else { self.follower_of(l) };
+                self.cluster.net.isolate(victim);
+                let t = Instant::now();
+                let mut note = String::new();
+                if victim == l {
+                    // The quorum-ack gate: the cut-off leader must stop serving.
+                    let limit = ELECTION_MAX * 2 + Duration::from_secs(4);
+                    while self.cluster.is_serving(l).await && t.elapsed() < limit {
+                        sleep(Duration::from_millis(50)).await;
+                    }
+                    note = if self.cluster.is_serving(l).await {
+                        format!("; the cut-off leader STILL serves after {} ms", t.elapsed().as_millis())
+                    } else {
+                        format!("; the cut-off leader stopped serving after {} ms", t.elapsed().as_millis())
+                    };
+                }
+                let total = 4000 + self.rng.range(0, 1500);
+                let left = total.saturating_sub(t.elapsed().as_millis() as u64);
+                hold(left).await;
+                self.cluster.net.heal();
+                Ok(Done {
+                    heal: mono_ns(),
+                    detail: format!("node {victim} isolated for {total} ms (leader {l}){note}"),
+                })
+            }
+            Nemesis::OneWay => {
+                let l = self.leader().await?;
+                for f in (0..self.cluster.nodes.len()).filter(|&f| f != l) {
+                    self.cluster.net.set(l, f, Rule::Drop);
+                }
+                let total = 4000 + self.rng.range(0, 1500);
+                hold(total).await;
+                self.cluster.net.heal();
+                Ok(Done {
+                    heal: mono_ns(),
+                    detail: format!("bytes from leader {l} to its followers dropped for {total} ms"),
+                })
+            }
+            Nemesis::Flaky => {
+                let rule = Rule::Flaky { min_ms: 0, max_ms: 40, reset_permille: 4 };
+                self.cluster.net.set_all(rule);
+                let total = 5000 + self.rng.range(0, 2000);
+                hold(total).await;
+                self.cluster.net.heal();
+                Ok(Done { heal: mono_ns(), detail: format!("{rule:?} on every link for {total} ms") })
+            }
+            Nemesis::Slow => {
+                let rule = Rule::Delay { min_ms: 20, max_ms: 120 };
+                self.cluster.net.set_all(rule);
+                let total = 5000 + self.rng.range(0, 2000);
+                hold(total).await;
+                self.cluster.net.heal();
+                Ok(Done { heal: mono_ns(), detail: format!("{rule:?} on every link for {total} ms") })
+            }
+            Nemesis::ResetLinks => {
+                for _ in 0..4 {
+                    self.cluster.net.reset_all();
+                    hold(500).await;
+                }
+                Ok(Done { heal: mono_ns(), detail: "every peer connection reset 4 times, 0.5 s apart".into() })
+            }
+            Nemesis::RollingRestart => {
+                let n = self.cluster.nodes.len();
+                let mut order: Vec<usize> = (0..n).collect();
+                self.rng.shuffle(&mut order);
+                let mut notes = Vec::new();
+                for i in order {
+                    self.cluster.stop(i).await;
+                    notes.push(self.restart(i).await?);
+                }
+                Ok(Done { heal: mono_ns(), detail: format!("rolling restart: {}", notes.join("; ")) })
+            }
+            Nemesis::PauseLeader => {
+                let l = self.leader().await?;
+                self.cluster.signal(l, Signal::SIGSTOP);
+                let total = (ELECTION_MAX * 2).as_millis() as u64 + 1000 + self.rng.range(0, 1000);
+                hold(total).await;
+                self.cluster.signal(l, Signal::SIGCONT);
+                Ok(Done { heal: mono_ns(), detail: format!("leader {l} stopped (SIGSTOP) for {total} ms") })
+            }
+            Nemesis::PauseClient => self.pause_client().await,
+        }
+    }
+
+    async fn pause_client(&mut self) -> anyhow::Result<Done> {
+        let c = self.rng.index(self.clients.len());
+        let history = self.dir.join(format!("client-{c}.jsonl"));
+        let pauses = |h: &std::path::Path| -> Vec<(String, u64, u64)> {
+            let text = std::fs::read_to_string(h).unwrap_or_default();
+            text.lines()
+                .filter_map(|l| match serde_json::from_str::<Event>(l) {
+                    Ok(Event::Pause { key, token, dl, .. }) => Some((key, token, dl)),
+                    _ => None,
+                })
+                .collect()
+        };
+        // Only a pause recorded after this trigger counts (a client may be
+        // picked twice in a run).
+        let before = pauses(&history).len();
+        let trigger = pause_trigger(&self.dir, c as u32);
+        std::fs::write(&trigger, b"")?;
+        let end = Instant::now() + Duration::from_secs(30);
+        let paused = loop {
+            if let Some(p) = pauses(&history).get(before) {
+                break Some(p.clone());
+            }
+            if Instant::now() > end {
+                break None;
+            }
+            sleep(Duration::from_millis(100)).await;
+        };
+        let Some((key, token, dl)) = paused else {
+            let _ = std::fs::remove_file(&trigger);
+            anyhow::bail!("client {c} did not reach a grant within 30 s to be paused");
+        };
+        // The Pause event is written just before the client stops itself.
+        let pid = self.clients[c].id();
+        let until = Instant::now() + Duration::from_secs(5);
+        while !is_stopped(pid) && Instant::now() < until {
+            sleep(Duration::from_millis(10)).await;
+        }
+        if !is_stopped(pid) {
+            anyhow::bail!("client {c} recorded its pause but is not stopped");
+        }
+        // Wait past its deadline until a newer token has written to its key:
+        // only then can the fence tell its write is stale.
+        let end = Instant::now() + Duration::from_secs(40);
+        let mut hw = 0;
+        while Instant::now() < end {
+            let (p, k) = (self.db.clone(), key.clone());
+            hw = tokio::task::spawn_blocking(move || crate::db::high_water(&crate::db::open(&p)?, &k)).await??;
+            if mono_ns() > dl + ns(Duration::from_millis(200)) && hw > token {
+                break;
+            }
+            sleep(Duration::from_millis(50)).await;
+        }
+        let stopped_ms = (mono_ns().saturating_sub(dl)) / 1_000_000;
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGCONT);
+        Ok(Done {
+            heal: mono_ns(),
+            detail: format!(
+                "client {c} stopped holding {key} token {token} until {stopped_ms} ms past its deadline; fence high water then {hw}"
+            ),
+        })
+    }
+}
+
+/// Whether process `pid` is stopped (state `T` in `/proc/<pid>/stat`).
+fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
+        .unwrap_or(false)
+}
