@@ -1,6 +1,7 @@
 """A scripted fake Ticketing server for tests: speaks the line protocol of
 docs/protocol.md over loopback TCP, computes the server proof with hmac/hashlib, and
-records every frame the client sends."""
+records every frame the client sends; and a silent server that accepts TCP
+and never greets (a hung node)."""
 
 from __future__ import annotations
 
@@ -183,6 +184,41 @@ class FakeServer:
             except OSError:
                 pass
         self.thread.join(timeout=5)
+
+
+class SilentServer:
+    """Accepts TCP connections and never greets: a hung or black-holed node."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.addr = "%s:%d" % self.sock.getsockname()
+        self.accepted: list[socket.socket] = []
+        self._stop = False
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        self.sock.settimeout(0.1)
+        for _ in range(600):  # bounded: at most ~60 s
+            if self._stop:
+                return
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.accepted.append(conn)
+
+    def __enter__(self) -> "SilentServer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop = True
+        self._thread.join(2)
+        for c in self.accepted:
+            c.close()
+        self.sock.close()
 
 
 def wait_until(cond: Callable[[], bool], timeout: float) -> bool:

@@ -4,14 +4,12 @@
 from __future__ import annotations
 
 import math
-import socket
-import threading
 import time
 
 import pytest
 
 import ticketing
-from fakeserver import FakeServer, busy, close_after_read, grant, wait_until
+from fakeserver import FakeServer, SilentServer, busy, close_after_read, grant, wait_until
 
 
 def connect(fake: FakeServer) -> ticketing.TicketBroker:
@@ -169,41 +167,6 @@ def test_no_server_is_unavailable() -> None:
         with pytest.raises(ticketing.UnavailableError):
             broker.acquire("k", 1, 5)
         assert time.monotonic() - t0 < 4
-
-
-class SilentServer:
-    """Accepts TCP connections and never greets: a hung or black-holed node."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.addr = "%s:%d" % self.sock.getsockname()
-        self.accepted: list[socket.socket] = []
-        self._stop = False
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
-
-    def _accept(self) -> None:
-        self.sock.settimeout(0.1)
-        for _ in range(600):  # bounded: at most ~60 s
-            if self._stop:
-                return
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.accepted.append(conn)
-
-    def __enter__(self) -> "SilentServer":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop = True
-        self._thread.join(2)
-        for c in self.accepted:
-            c.close()
-        self.sock.close()
 
 
 def test_hung_node_costs_an_acquire_its_wait_and_no_more() -> None:
