@@ -14,6 +14,7 @@
 //! published here from `raft.metrics()` with the quorum-ack gate
 //! (docs/deployment.md, "Failover timing").
 
+mod late;
 pub mod membership;
 pub mod peer;
 pub mod store;

@@ -2,6 +2,7 @@
 //! pool of outgoing connections (one per peer address, pipelined, every RPC
 //! with a timeout) and the openraft network on top of it.
 
+use super::late;
 use super::membership;
 use super::types::{NodeId, NodeInfo, TypeConfig};
 use super::wire::{self, Body, Envelope, Refusal, WireError, VERSION};
@@ -14,6 +15,7 @@ use openraft::raft::{
 };
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -185,15 +187,35 @@ struct PeerConn {
     next_id: AtomicU64,
 }
 
-/// Removes a pending entry when its caller gives up.
-struct AwaitGuard<'a> {
-    pending: &'a AwaitedAnswers,
+/// A request written to a peer connection whose answer has not been read
+/// yet. Dropping it forgets the answer (its pending entry goes).
+pub(super) struct Sent {
+    conn: Arc<PeerConn>,
     id: u64,
+    rx: oneshot::Receiver<Envelope>,
 }
 
-impl Drop for AwaitGuard<'_> {
+impl Drop for Sent {
     fn drop(&mut self) {
-        lock(self.pending).remove(&self.id);
+        lock(&self.conn.pending).remove(&self.id);
+    }
+}
+
+impl Sent {
+    /// Polls for the answer: a refusal is an error, a lost connection too.
+    pub(super) fn poll_answer(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<Body, RpcError>> {
+        std::pin::Pin::new(&mut self.rx).poll(cx).map(|answer| match answer {
+            Ok(env) => match env.body {
+                Body::Refused(r) => Err(RpcError::Refused(r)),
+                b => Ok(b),
+            },
+            Err(_) => Err(RpcError::ConnectionLost),
+        })
+    }
+
+    /// Waits for the answer.
+    async fn answer(&mut self) -> Result<Body, RpcError> {
+        std::future::poll_fn(|cx| self.poll_answer(cx)).await
     }
 }
 
@@ -276,32 +298,31 @@ impl Pool {
         body: Body,
         limit: Duration,
     ) -> Result<Body, RpcError> {
-        let exchange = async {
-            let conn = self.conn(addr).await?;
-            if let Some(expected) = target {
-                if conn.peer_id != expected {
-                    return Err(RpcError::WrongTarget { expected, actual: conn.peer_id });
-                }
-            }
-            let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
-            let (tx, rx) = oneshot::channel();
-            lock(&conn.pending).insert(id, tx);
-            let _guard = AwaitGuard { pending: &conn.pending, id };
-            let env = Envelope { v: VERSION, id, to: conn.peer_id, domain: self.node.domain(), body };
-            let bytes = wire::encode(&env).map_err(|e| RpcError::Unreachable(e.to_string()))?;
-            if conn.tx.send(bytes).await.is_err() {
-                conn.alive.store(false, Ordering::Release);
-                return Err(RpcError::ConnectionLost);
-            }
-            match rx.await {
-                Ok(answer) => match answer.body {
-                    Body::Refused(r) => Err(RpcError::Refused(r)),
-                    b => Ok(b),
-                },
-                Err(_) => Err(RpcError::ConnectionLost),
-            }
-        };
+        let exchange = async { self.send(addr, target, body).await?.answer().await };
         tokio::time::timeout(limit, exchange).await.unwrap_or(Err(RpcError::Timeout))
+    }
+
+    /// Writes one request to the node at `addr` (dialing if needed); the
+    /// answer is read from the returned [`Sent`]. With `target`, fails
+    /// unless the process there has that NodeId.
+    pub(super) async fn send(&self, addr: &str, target: Option<NodeId>, body: Body) -> Result<Sent, RpcError> {
+        let conn = self.conn(addr).await?;
+        if let Some(expected) = target {
+            if conn.peer_id != expected {
+                return Err(RpcError::WrongTarget { expected, actual: conn.peer_id });
+            }
+        }
+        let id = conn.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        lock(&conn.pending).insert(id, tx);
+        let env = Envelope { v: VERSION, id, to: conn.peer_id, domain: self.node.domain(), body };
+        let sent = Sent { conn, id, rx };
+        let bytes = wire::encode(&env).map_err(|e| RpcError::Unreachable(e.to_string()))?;
+        if sent.conn.tx.send(bytes).await.is_err() {
+            sent.conn.alive.store(false, Ordering::Release);
+            return Err(RpcError::ConnectionLost);
+        }
+        Ok(sent)
     }
 
     /// The NodeId of the process at `addr` (dials if needed).
@@ -320,7 +341,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> PeerClient {
-        PeerClient { pool: self.pool.clone(), target, addr: node.peer.clone() }
+        PeerClient { pool: self.pool.clone(), target, addr: node.peer.clone(), in_flight: late::Pending::default() }
     }
 }
 
@@ -329,6 +350,9 @@ pub struct PeerClient {
     pool: Arc<Pool>,
     target: NodeId,
     addr: String,
+    /// AppendEntries requests still awaiting their answers, also past
+    /// openraft's deadline (the `late` module).
+    in_flight: late::Pending,
 }
 
 type RaftRpcError<E = openraft::error::Infallible> = RPCError<NodeId, NodeInfo, RaftError<NodeId, E>>;
@@ -353,9 +377,19 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
-        option: RPCOption,
+        _option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RaftRpcError> {
-        match self.call(Body::AppendReq(rpc), &option).await.map_err(transport_error)? {
+        // openraft drops this future after `_option`'s TTL (one heartbeat interval);
+        // the request stays in `in_flight` and its answer can serve the next.
+        let range = late::Range {
+            vote: rpc.vote,
+            prev: rpc.prev_log_id,
+            last: rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id),
+        };
+        let sent =
+            self.pool.send(&self.addr, Some(self.target), Body::AppendReq(rpc)).await.map_err(transport_error)?;
+        let seq = self.in_flight.push(range.clone(), sent);
+        match self.in_flight.answer(seq, &range).await.map_err(transport_error)? {
             Body::AppendResp(r) => r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e))),
             _ => Err(transport_error(RpcError::Unexpected)),
         }
