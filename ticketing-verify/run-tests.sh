@@ -1,19 +1,108 @@
 #!/usr/bin/env bash
 # The fault suite's CI run (called by scripts/test):
 #   ticketing-verify/run-tests.sh [extra ticketing-verify args]
-# Builds the release server and the suite once, then runs the `ci` profile
-# (fixed seeds, every fault at least once, 3 and 5 nodes; docs/verification.md).
-# Its last line is the checker's: violations=<n> grants=<n> faults=<n> fence_refusals=<n>.
-# Seed: $TICKETING_VERIFY_SEED (default 1). Histories: $TICKETING_VERIFY_DIR
-# (default target/verify). Exits non-zero on a violation or a failed run.
+# Builds the release server and the suite once, then
+#   1. the suite's own tests (checker rules, the fence on SQLite and PostgreSQL);
+#   2. the `ci` profile on SQLite (fixed seeds, every fault at least once, 3 and
+#      5 nodes; docs/verification.md);
+#   3. the `ci` profile's 3-node run on a throw-away PostgreSQL (initdb + pg_ctl
+#      on loopback; PostgreSQL is installed with apt when missing and we are root).
+# Seed: $TICKETING_VERIFY_SEED (default 1; the PostgreSQL run uses seed + 2).
+# Histories: $TICKETING_VERIFY_DIR (default target/verify). Each ticketing-verify
+# run ends with the checker's line violations=<n> grants=<n> faults=<n> fence_refusals=<n>;
+# this script's last line is "verify: <n> passed, <m> failed"; exits non-zero on any failure.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+SEED=${TICKETING_VERIFY_SEED:-1}
+HIST=${TICKETING_VERIFY_DIR:-$TARGET/verify}
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "PASS $*"; }
+ko() { failed=$((failed + 1)); echo "FAIL $*"; }
+finish() { echo "verify: $passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit $?; }
+
 echo "== cargo build --release -p ticketing-server -p ticketing-verify"
 if ! cargo build --release -p ticketing-server -p ticketing-verify 2>&1 | tail -n 3; then
-    echo "build failed"
-    exit 1
+    ko "build"
+    finish
 fi
-exec "$TARGET/release/ticketing-verify" --profile ci --seed "${TICKETING_VERIFY_SEED:-1}" \
-    --server "$TARGET/release/ticketing-server" --dir "${TICKETING_VERIFY_DIR:-$TARGET/verify}" "$@"
+
+# --- a throw-away PostgreSQL -------------------------------------------------------
+PG_DIR=""
+PG_CTL=""
+RUNAS=()
+pg_bin() { ls -d /usr/lib/postgresql/*/bin/"$1" 2>/dev/null | sort -V | tail -n 1; }
+pg_stop() {
+    if [ -n "$PG_DIR" ] && [ -n "$PG_CTL" ]; then
+        "${RUNAS[@]}" "$PG_CTL" -D "$PG_DIR/data" -m immediate -w stop >/dev/null 2>&1
+        rm -rf "$PG_DIR"
+    fi
+}
+trap pg_stop EXIT
+pg_start() {
+    if [ -z "$(pg_bin initdb)" ]; then
+        [ "$(id -u)" -eq 0 ] || { echo "PostgreSQL is not installed (apt-get install postgresql)"; return 1; }
+        echo "== installing PostgreSQL with apt"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1 ||
+            { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null 2>&1; } ||
+            { echo "apt-get install postgresql failed"; return 1; }
+    fi
+    local initdb port
+    initdb=$(pg_bin initdb)
+    PG_CTL=$(pg_bin pg_ctl)
+    PG_DIR=$(mktemp -d /tmp/ticketing-verify-pg.XXXXXX)
+    chmod 755 "$PG_DIR"
+    if [ "$(id -u)" -eq 0 ]; then
+        # PostgreSQL refuses to run as root: the cluster belongs to `postgres`.
+        chown postgres:postgres "$PG_DIR"
+        RUNAS=(runuser -u postgres --)
+    fi
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    "${RUNAS[@]}" "$initdb" -D "$PG_DIR/data" -U verify --auth=trust -E UTF8 --no-sync >"$HIST-pg-initdb.log" 2>&1 ||
+        { tail -n 20 "$HIST-pg-initdb.log"; return 1; }
+    "${RUNAS[@]}" "$PG_CTL" -D "$PG_DIR/data" -l "$PG_DIR/data/server.log" \
+        -o "-c listen_addresses=127.0.0.1 -p $port -k $PG_DIR/data -c fsync=off" -w -t 60 start >/dev/null ||
+        { "${RUNAS[@]}" tail -n 20 "$PG_DIR/data/server.log"; return 1; }
+    PG_URL="postgres://verify@127.0.0.1:$port/postgres"
+}
+mkdir -p "$(dirname "$HIST")"
+PG_URL=""
+if pg_start; then
+    echo "== PostgreSQL at $PG_URL"
+else
+    ko "a throw-away PostgreSQL could not be started"
+fi
+
+# --- 1. the suite's own tests ---------------------------------------------------------
+echo "== cargo test --release -p ticketing-verify --lib --test checker"
+log=$(mktemp)
+if [ -n "$PG_URL" ]; then export TICKETING_VERIFY_PG_URL=$PG_URL; fi
+cargo test --release -p ticketing-verify --lib --test checker 2>&1 | tee "$log" | grep -E '^(test |test result)'
+rc=${PIPESTATUS[0]}
+p=$(grep -Eo '[0-9]+ passed' "$log" | awk '{s+=$1} END {print s+0}')
+f=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')
+passed=$((passed + p)); failed=$((failed + f))
+[ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && ko "cargo test ticketing-verify"
+rm -f "$log"
+
+# --- 2. the ci profile on SQLite --------------------------------------------------------
+verify() {
+    "$TARGET/release/ticketing-verify" --server "$TARGET/release/ticketing-server" "$@"
+}
+if verify --profile ci --seed "$SEED" --dir "$HIST" "$@"; then
+    ok "ci profile, SQLite, 3 and 5 nodes, seed $SEED"
+else
+    ko "ci profile, SQLite, 3 and 5 nodes, seed $SEED"
+fi
+
+# --- 3. the ci profile's 3-node run on PostgreSQL ------------------------------------------
+if [ -n "$PG_URL" ]; then
+    if verify --profile ci --nodes 3 --seed $((SEED + 2)) --db "$PG_URL" --dir "$HIST-pg" "$@"; then
+        ok "ci profile, PostgreSQL, 3 nodes, seed $((SEED + 2))"
+    else
+        ko "ci profile, PostgreSQL, 3 nodes, seed $((SEED + 2))"
+    fi
+fi
+finish

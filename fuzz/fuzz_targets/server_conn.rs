@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
     rt.block_on(async {
         let me = Addr::new("127.0.0.1:5225".to_owned()).unwrap();
         let replicator: Arc<dyn Replicator> = Arc::new(Standalone::new(me.clone()));
-        let manager = manager::spawn(replicator.clone(), Limits::default(), Arc::new(Metrics::default()));
+        let manager = manager::spawn(replicator.clone(), Limits::default(), Arc::new(Metrics::default()), me.clone());
         let ctx = ConnContext {
             manager,
             leadership: replicator.leadership(),
@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
         let (mut client, server) = tokio::io::duplex(64 * 1024);
         let (_stop_tx, stop_rx) = tokio::sync::broadcast::channel(1);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        let serve = conn::serve(server, 1, &ctx, deadline, stop_rx);
+        let serve = conn::serve(server, manager::ConnId(1), &ctx, deadline, stop_rx);
         let talk = async {
             let _ = client.write_all(data).await;
             let _ = client.shutdown().await;

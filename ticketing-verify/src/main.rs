@@ -35,7 +35,9 @@ struct Cli {
     /// Soak length: `30m`, `90s`, `1h` or seconds.
     #[arg(long, value_parser = parse_duration, default_value = "30m")]
     duration: Duration,
-    /// `sqlite` (default) or a PostgreSQL URL.
+    /// `sqlite` (default: a file in the run's directory) or a PostgreSQL URL
+    /// (`postgres://user@127.0.0.1:5432/db`; the run drops and creates its
+    /// tables `fence`, `counter` and `writes` there).
     #[arg(long, default_value = "sqlite")]
     db: String,
     /// The server binary (default: `ticketing-server` next to this binary).
@@ -64,7 +66,7 @@ enum Cmd {
         #[arg(long, value_delimiter = ',')]
         keys: Vec<String>,
         #[arg(long)]
-        db: PathBuf,
+        db: String,
         #[arg(long)]
         dir: PathBuf,
         #[arg(long)]
@@ -103,7 +105,7 @@ fn main() -> ExitCode {
             id,
             addrs,
             keys,
-            db,
+            db: ticketing_verify::db::Target::parse(&db),
             dir,
             seed,
             duration: ms(duration_ms),
@@ -129,12 +131,13 @@ fn main() -> ExitCode {
 }
 
 fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
-    if cli.db != "sqlite" {
-        anyhow::bail!(
-            "--db {:?}: only `sqlite` is supported by this build (PostgreSQL is not implemented yet)",
-            cli.db
-        );
-    }
+    let db = match ticketing_verify::db::Target::parse(&cli.db) {
+        _ if cli.db == "sqlite" => None,
+        ticketing_verify::db::Target::Postgres(url) => Some(url),
+        ticketing_verify::db::Target::Sqlite(_) => {
+            anyhow::bail!("--db {:?}: give `sqlite` or a postgres://… URL", cli.db)
+        }
+    };
     if let Some(n) = cli.nodes {
         if n != 3 && n != 5 {
             anyhow::bail!("--nodes must be 3 or 5, got {n}");
@@ -151,7 +154,7 @@ fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
         );
     }
     let bound = Duration::from_secs(cli.bound);
-    let base = Plan { nodes: 3, seed: cli.seed, nemeses: Vec::new(), duration: None, clients: 4, keys: 3, bound };
+    let base = Plan { nodes: 3, seed: cli.seed, nemeses: Vec::new(), duration: None, clients: 4, keys: 3, bound, db };
     let plans: Vec<Plan> = match cli.profile {
         Profile::Ci => {
             let all = |seed: u64| {

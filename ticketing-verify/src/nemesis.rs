@@ -95,7 +95,7 @@ pub struct World {
     /// The run directory.
     pub dir: PathBuf,
     /// The database.
-    pub db: PathBuf,
+    pub db: crate::db::Target,
     /// Choices.
     pub rng: Rng,
 }
@@ -280,7 +280,7 @@ impl World {
         let mut hw = 0;
         while Instant::now() < end {
             let (p, k) = (self.db.clone(), key.clone());
-            hw = tokio::task::spawn_blocking(move || crate::db::high_water(&crate::db::open(&p)?, &k)).await??;
+            hw = tokio::task::spawn_blocking(move || crate::db::open(&p)?.high_water(&k)).await??;
             if mono_ns() > dl + ns(Duration::from_millis(200)) && hw > token {
                 break;
             }

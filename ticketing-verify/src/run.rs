@@ -39,6 +39,8 @@ pub struct Plan {
     pub keys: usize,
     /// The failover bound after a heal.
     pub bound: Duration,
+    /// A PostgreSQL URL for the counter; `None`: a SQLite file in the run's directory.
+    pub db: Option<String>,
 }
 
 /// The outcome of a run.
@@ -60,7 +62,7 @@ fn spawn_client(
     addrs: &[String],
     keys: &[String],
     dir: &Path,
-    dbp: &Path,
+    dbp: &db::Target,
 ) -> anyhow::Result<Child> {
     let exe = std::env::current_exe()?;
     let log = std::fs::File::create(dir.join(format!("client-{id}.log")))?;
@@ -70,7 +72,7 @@ fn spawn_client(
         .args(["--addrs", &addrs.join(",")])
         .args(["--keys", &keys.join(",")])
         .arg("--db")
-        .arg(dbp)
+        .arg(dbp.arg())
         .arg("--dir")
         .arg(dir)
         .args(["--seed", &(plan.seed.wrapping_mul(1000).wrapping_add(id as u64)).to_string()])
@@ -87,13 +89,13 @@ fn spawn_client(
 }
 
 /// The counter total, read off the async threads (SQLite blocks).
-async fn total(dbp: &Path) -> anyhow::Result<u64> {
-    let p = dbp.to_owned();
-    tokio::task::spawn_blocking(move || db::total(&db::open(&p)?)).await?
+async fn total(dbp: &db::Target) -> anyhow::Result<u64> {
+    let p = dbp.clone();
+    tokio::task::spawn_blocking(move || db::open(&p)?.total()).await?
 }
 
 /// Waits until the counter total exceeds `than` (bounded).
-async fn progress(dbp: &Path, than: u64, limit: Duration) -> bool {
+async fn progress(dbp: &db::Target, than: u64, limit: Duration) -> bool {
     let end = Instant::now() + limit;
     while Instant::now() < end {
         if total(dbp).await.unwrap_or(0) > than {
@@ -112,8 +114,14 @@ pub async fn run(plan: &Plan, bin: &Path, dir: &Path) -> anyhow::Result<Outcome>
     }
     std::fs::create_dir_all(dir)?;
     let keys: Vec<String> = (0..plan.keys).map(|k| format!("verify-key-{k}")).collect();
-    let dbp = dir.join("counter.sqlite");
-    db::init(&dbp, &keys)?;
+    let dbp = match &plan.db {
+        Some(url) => db::Target::Postgres(url.clone()),
+        None => db::Target::Sqlite(dir.join("counter.sqlite")),
+    };
+    {
+        let (t, k) = (dbp.clone(), keys.clone());
+        tokio::task::spawn_blocking(move || db::init(&t, &k)).await??;
+    }
     let mut rng = Rng::new(plan.seed);
     let mut cluster = Cluster::new(plan.nodes, bin, dir, rng.next_u64()).await?;
     for i in (0..plan.nodes).rev() {
@@ -212,7 +220,10 @@ pub async fn run(plan: &Plan, bin: &Path, dir: &Path) -> anyhow::Result<Outcome>
         s.accepted, s.unattributed, s.max_attribution_ms, s.resets, s.dropped_bytes
     ));
     let events = history::load(dir)?;
-    let fin = db::read_final(&dbp)?;
+    let fin = {
+        let t = dbp.clone();
+        tokio::task::spawn_blocking(move || db::read_final(&t)).await??
+    };
     let report = checker::check(&events, &fin, ns(plan.bound), begin, end);
     Ok(Outcome { report, log, errors, elapsed: t0.elapsed() })
 }

@@ -27,7 +27,7 @@ pub struct ClientArgs {
     /// The keys it works on.
     pub keys: Vec<String>,
     /// The SQLite file.
-    pub db: PathBuf,
+    pub db: db::Target,
     /// The run directory (history, pause triggers).
     pub dir: PathBuf,
     /// Its seed.
@@ -93,8 +93,7 @@ pub fn run(a: ClientArgs) -> anyhow::Result<()> {
             rec.record(&Event::Pause { client: a.id, key: key.clone(), token, dl })?;
             nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP)?;
         }
-        let outcome =
-            db::fenced_write(&mut conn, &key, token, a.id, |issued| paused || issued + ns(WRITE_MARGIN) <= dl);
+        let outcome = conn.fenced_write(&key, token, a.id, |issued| paused || issued + ns(WRITE_MARGIN) <= dl);
         let done = mono_ns();
         let (issued, result) = match outcome {
             Ok((issued, r)) => (issued, r.name().to_owned()),
