@@ -108,8 +108,15 @@ async fn serve_conn(stream: TcpStream, node: Arc<Node>) -> Result<(), WireError>
         wire::accept_handshake(&mut r, &mut w, node.token.expose(), node.id, node.domain(), limits.handshake_timeout);
     match tokio::time::timeout(limits.handshake_timeout, handshake).await {
         Ok(Ok(())) => {}
-        Ok(Err(WireError::Timeout)) | Err(_) => {
+        // The handshake's own read limit answered `E handshake_timeout`.
+        Ok(Err(WireError::Timeout)) => {
             limits.metrics.peer_handshake_timeouts.inc();
+            return Err(WireError::Timeout);
+        }
+        // The whole handshake (greeting write included) ran out of time first.
+        Err(_) => {
+            limits.metrics.peer_handshake_timeouts.inc();
+            let _ = tokio::time::timeout(Duration::from_secs(1), w.write_all(b"E handshake_timeout\n")).await;
             return Err(WireError::Timeout);
         }
         Ok(Err(e)) => return Err(e),
