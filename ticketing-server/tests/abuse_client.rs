@@ -31,7 +31,7 @@ fn metric(admin: u16, name: &str) -> Option<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slowloris_does_not_delay_a_normal_client() {
     let admin = cluster_common::free_port();
-    let s = Server::with(&[], &["--handshake-timeout", "4", "--admin-listen", &format!("127.0.0.1:{admin}")]);
+    let s = Server::with(&[], &["--handshake-timeout", "8", "--admin-listen", &format!("127.0.0.1:{admin}")]);
     // Open up to 1 000 connections that never send AUTH, in small batches
     // (this sandbox refuses bursts of new loopback connections).
     let mut idle = Vec::new();
@@ -45,7 +45,7 @@ async fn slowloris_does_not_delay_a_normal_client() {
             }
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
-        if started.elapsed() > Duration::from_millis(2500) {
+        if started.elapsed() > Duration::from_secs(3) {
             break; // keep well inside the handshake timeout
         }
     }
@@ -59,14 +59,14 @@ async fn slowloris_does_not_delay_a_normal_client() {
     }
     let still_open_after = started.elapsed();
     eprintln!("slowloris: normal client served, slowest of 5 round trips {worst:?}");
-    assert!(still_open_after < Duration::from_secs(4), "the probe ran after the timeout: {still_open_after:?}");
+    assert!(still_open_after < Duration::from_secs(8), "the probe ran after the timeout: {still_open_after:?}");
     // Generous: served long before the half-open connections time out.
     assert!(worst < Duration::from_secs(2), "normal client took {worst:?}");
     // Every half-open connection is closed by the handshake timeout.
     let first = idle.remove(0);
     let mut c = Client::over(first);
     c.greeting().await;
-    match c.line_within(Duration::from_secs(10)).await {
+    match c.line_within(Duration::from_secs(15)).await {
         Some(l) => assert_eq!(l, "E handshake_timeout"),
         None => panic!("no E handshake_timeout"),
     }
@@ -99,7 +99,7 @@ async fn a_client_that_never_reads_is_closed_without_stalling_others() {
         let start = Instant::now();
         let mut sent = 0usize;
         while sent < 256 << 20 && start.elapsed() < Duration::from_secs(60) {
-            match tokio::time::timeout(Duration::from_secs(5), stream.write_all(&batch)).await {
+            match tokio::time::timeout(Duration::from_secs(15), stream.write_all(&batch)).await {
                 Ok(Ok(())) => sent += batch.len(),
                 Ok(Err(_)) => return Some(sent),
                 // Blocked: the server stopped reading without closing.
