@@ -19,6 +19,20 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
+/// Commands from the handles waiting for the driver. A full queue makes
+/// the async calls wait (back-pressure); a `Drop` that finds it full hands
+/// its command to a task that waits (docs/deployment.md, "Queues").
+pub(crate) const COMMAND_QUEUE: usize = 1024;
+/// Socket reads (or connection events) waiting for the driver: a full
+/// queue stops the reading tasks, so TCP pushes back on the server.
+pub(crate) const INPUT_QUEUE: usize = 256;
+/// Frames waiting to be written on one connection. The broker never has
+/// more than `max_pending_per_conn` requests in flight on a connection, so
+/// this fills only when the server stops reading: the connection is then
+/// dropped as lost (its requests fail or are retried by the rules of
+/// docs/client.md), never a frame silently skipped.
+pub(crate) const OUTBOUND_QUEUE: usize = 2 * ticketing_proto::limits::MAX_PENDING_PER_CONN + 16;
+
 /// Where an acquire's result goes.
 pub(crate) type AcquireReply = oneshot::Sender<Result<Option<Grant>, Failure>>;
 
@@ -70,14 +84,14 @@ trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
 struct ConnHandle {
-    tx: mpsc::UnboundedSender<Bytes>,
+    tx: mpsc::Sender<Bytes>,
     task: JoinHandle<()>,
 }
 
 struct Driver {
     broker: Broker,
     tls: Option<Arc<ClientConfig>>,
-    io_tx: mpsc::UnboundedSender<Io>,
+    io_tx: mpsc::Sender<Io>,
     conns: HashMap<ConnId, ConnHandle>,
     acquires: HashMap<OpId, (u64, AcquireReply)>,
     by_cid: HashMap<u64, OpId>,
@@ -91,8 +105,8 @@ struct Driver {
 }
 
 /// Runs one broker until it is closed (explicitly, or when every handle is gone).
-pub(crate) async fn run(broker: Broker, tls: Option<Arc<ClientConfig>>, mut cmds: mpsc::UnboundedReceiver<Cmd>) {
-    let (io_tx, mut io_rx) = mpsc::unbounded_channel();
+pub(crate) async fn run(broker: Broker, tls: Option<Arc<ClientConfig>>, mut cmds: mpsc::Receiver<Cmd>) {
+    let (io_tx, mut io_rx) = mpsc::channel(INPUT_QUEUE);
     let mut d = Driver {
         broker,
         tls,
@@ -218,10 +232,22 @@ impl Driver {
     fn drain(&mut self) {
         loop {
             let mut moved = false;
+            let mut stalled = Vec::new();
             while let Some(t) = self.broker.poll_transmit() {
                 moved = true;
                 if let Some(c) = self.conns.get(&t.conn) {
-                    let _ = c.tx.send(t.data);
+                    if let Err(Stalled) = push_outbound(&c.tx, t.data) {
+                        stalled.push(t.conn);
+                    }
+                }
+            }
+            for conn in stalled {
+                // The server does not read: this connection is lost, not a frame skipped.
+                if let Some(c) = self.conns.remove(&conn) {
+                    warn!(conn = conn.0, queued = OUTBOUND_QUEUE, "the server does not read; dropping the connection");
+                    c.task.abort();
+                    self.last_error = Some("the server stopped reading; connection dropped".into());
+                    self.broker.handle_conn_lost(Instant::now(), conn);
                 }
             }
             while let Some(ev) = self.broker.poll_event() {
@@ -248,7 +274,7 @@ impl Driver {
     fn on_event(&mut self, ev: BrokerEvent) {
         match ev {
             BrokerEvent::Connect { conn, addr } => {
-                let (tx, rx) = mpsc::unbounded_channel();
+                let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
                 let task = tokio::spawn(connection(conn, addr, self.tls.clone(), self.io_tx.clone(), rx));
                 self.conns.insert(conn, ConnHandle { tx, task });
             }
@@ -317,14 +343,14 @@ async fn connection(
     conn: ConnId,
     addr: String,
     tls: Option<Arc<ClientConfig>>,
-    io: mpsc::UnboundedSender<Io>,
-    mut outbound: mpsc::UnboundedReceiver<Bytes>,
+    io: mpsc::Sender<Io>,
+    mut outbound: mpsc::Receiver<Bytes>,
 ) {
     let stream = match open(&addr, tls).await {
         Ok(s) => s,
         Err(e) => {
             debug!(conn = conn.0, %addr, error = %e, "connect failed");
-            let _ = io.send(Io::Failed(conn, format!("{addr}: {e}")));
+            let _ = io.send(Io::Failed(conn, format!("{addr}: {e}"))).await;
             return;
         }
     };
@@ -336,7 +362,8 @@ async fn connection(
             match rd.read(&mut buf).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    if io_read.send(Io::Data(conn, Bytes::copy_from_slice(&buf[..n]))).is_err() {
+                    // Waits while the driver's input queue is full (back-pressure).
+                    if io_read.send(Io::Data(conn, Bytes::copy_from_slice(&buf[..n]))).await.is_err() {
                         break;
                     }
                 }
@@ -359,7 +386,7 @@ async fn connection(
         _ = reader => {}
         _ = writer => {}
     }
-    let _ = io.send(Io::Lost(conn));
+    let _ = io.send(Io::Lost(conn)).await;
 }
 
 async fn open(addr: &str, tls: Option<Arc<ClientConfig>>) -> std::io::Result<Box<dyn Stream>> {
@@ -375,5 +402,38 @@ async fn open(addr: &str, tls: Option<Arc<ClientConfig>>) -> std::io::Result<Box
                 .map_err(|e| std::io::Error::new(e.kind(), format!("tls handshake: {e}")))?;
             Ok(Box::new(stream))
         }
+    }
+}
+
+/// A connection's outbound queue is full.
+#[derive(Debug, PartialEq, Eq)]
+struct Stalled;
+
+/// Queues `data` for a connection's writer without waiting.
+fn push_outbound(tx: &mpsc::Sender<Bytes>, data: Bytes) -> Result<(), Stalled> {
+    match tx.try_send(data) {
+        Ok(()) => Ok(()),
+        Err(mpsc::error::TrySendError::Full(_)) => Err(Stalled),
+        // The writer ended: its `Io::Lost` is on the way.
+        Err(mpsc::error::TrySendError::Closed(_)) => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_outbound_queue_is_reported_not_skipped() {
+        let (tx, mut rx) = mpsc::channel(2);
+        assert_eq!(push_outbound(&tx, Bytes::from_static(b"a\n")), Ok(()));
+        assert_eq!(push_outbound(&tx, Bytes::from_static(b"b\n")), Ok(()));
+        assert_eq!(push_outbound(&tx, Bytes::from_static(b"c\n")), Err(Stalled));
+        assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(b"a\n"));
+        assert_eq!(push_outbound(&tx, Bytes::from_static(b"c\n")), Ok(()));
+        assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(b"b\n"));
+        assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(b"c\n"));
+        drop(rx);
+        assert_eq!(push_outbound(&tx, Bytes::from_static(b"d\n")), Ok(()), "a closed writer is a lost connection");
     }
 }

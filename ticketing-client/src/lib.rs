@@ -68,7 +68,7 @@ fn later(now: Instant, d: Duration) -> Instant {
 /// The command channel to the driver of the current process.
 struct Link {
     pid: u32,
-    tx: Option<mpsc::UnboundedSender<Cmd>>,
+    tx: Option<mpsc::Sender<Cmd>>,
 }
 
 impl Drop for Link {
@@ -91,17 +91,17 @@ struct Shared {
 }
 
 impl Shared {
-    fn spawn_driver(config: &BrokerConfig, tls: &Option<Arc<ClientConfig>>) -> Result<mpsc::UnboundedSender<Cmd>> {
+    fn spawn_driver(config: &BrokerConfig, tls: &Option<Arc<ClientConfig>>) -> Result<mpsc::Sender<Cmd>> {
         let broker = Broker::new(Instant::now(), config.clone(), Box::new(rand_core::OsRng))
             .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(driver::COMMAND_QUEUE);
         runtime().spawn(driver::run(broker, tls.clone(), rx));
         Ok(tx)
     }
 
     /// The driver's channel; in a forked child, a fresh driver (new runtime,
     /// new connections) is started on first use.
-    fn sender(&self) -> Result<mpsc::UnboundedSender<Cmd>> {
+    fn sender(&self) -> Result<mpsc::Sender<Cmd>> {
         let pid = std::process::id();
         let mut link = self.link.lock().unwrap_or_else(|p| p.into_inner());
         if link.pid != pid {
@@ -115,7 +115,7 @@ impl Shared {
     }
 
     /// The driver's channel if it belongs to this process (never starts one).
-    fn sender_here(&self) -> Option<mpsc::UnboundedSender<Cmd>> {
+    fn sender_here(&self) -> Option<mpsc::Sender<Cmd>> {
         let link = self.link.lock().unwrap_or_else(|p| p.into_inner());
         if link.pid == std::process::id() {
             link.tx.clone()
@@ -124,8 +124,23 @@ impl Shared {
         }
     }
 
-    fn send(&self, cmd: Cmd) -> Result<()> {
-        self.sender()?.send(cmd).map_err(|_| Error::Closed)
+    /// Sends a command, waiting while the driver's queue is full (back-pressure).
+    async fn send(&self, cmd: Cmd) -> Result<()> {
+        self.sender()?.send(cmd).await.map_err(|_| Error::Closed)
+    }
+}
+
+/// Sends a command from a `Drop` (which cannot wait): when the driver's
+/// queue is full, a task on the client runtime waits for room, so the
+/// command (a cancel or a best-effort release) is never lost.
+fn send_from_drop(tx: mpsc::Sender<Cmd>, cmd: Cmd) {
+    match tx.try_send(cmd) {
+        Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+        Err(mpsc::error::TrySendError::Full(cmd)) => {
+            runtime().spawn(async move {
+                let _ = tx.send(cmd).await;
+            });
+        }
     }
 }
 
@@ -150,14 +165,15 @@ impl fmt::Debug for TicketBroker {
 #[derive(Debug, Clone)]
 pub struct Builder {
     addrs: Vec<String>,
-    token: Vec<u8>,
+    /// `Debug` prints it redacted.
+    token: ticketing_proto::auth::Secret,
     tls: Tls,
 }
 
 impl Builder {
     /// The shared client token (default: none, i.e. the empty token). It never crosses the network.
     pub fn token(mut self, token: impl Into<String>) -> Builder {
-        self.token = token.into().into_bytes();
+        self.token = ticketing_proto::auth::Secret::from(token.into());
         self
     }
 
@@ -171,7 +187,7 @@ impl Builder {
     /// runtime (connections start at once; this does not wait for them).
     /// Works from inside or outside any tokio runtime.
     pub fn build(self) -> Result<TicketBroker> {
-        let config = BrokerConfig::new(self.addrs, self.token);
+        let config = BrokerConfig::new(self.addrs, self.token.expose());
         config.validate().map_err(|e| Error::InvalidArgument(e.to_string()))?;
         let tls = tls::client_config(&self.tls)?;
         if tls.is_some() {
@@ -214,13 +230,9 @@ impl Drop for CancelGuard {
         let Some(tx) = self.shared.sender_here() else { return };
         match rx.try_recv() {
             // Granted, but the caller is gone: the lane releases it.
-            Ok(Ok(Some(grant))) => {
-                let _ = tx.send(Cmd::Abandon { grant, purpose: Purpose::Compensation });
-            }
+            Ok(Ok(Some(grant))) => send_from_drop(tx, Cmd::Abandon { grant, purpose: Purpose::Compensation }),
             Ok(_) => {}
-            Err(_) => {
-                let _ = tx.send(Cmd::Cancel { cid: self.cid });
-            }
+            Err(_) => send_from_drop(tx, Cmd::Cancel { cid: self.cid }),
         }
     }
 }
@@ -245,7 +257,7 @@ impl TicketBroker {
             return None;
         }
         let (reply, rx) = oneshot::channel();
-        self.shared.send(Cmd::Status { reply }).ok()?;
+        self.shared.send(Cmd::Status { reply }).await.ok()?;
         rx.await.ok()
     }
 
@@ -254,7 +266,7 @@ impl TicketBroker {
     /// handshake limit), whichever comes first.
     async fn first_usable(&self) {
         let (reply, rx) = oneshot::channel();
-        if self.shared.send(Cmd::WaitUsable { reply }).is_ok() {
+        if self.shared.send(Cmd::WaitUsable { reply }).await.is_ok() {
             let _ = rx.await;
         }
     }
@@ -265,7 +277,7 @@ impl TicketBroker {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Builder { addrs: addrs.into_iter().map(Into::into).collect(), token: Vec::new(), tls: Tls::Off }
+        Builder { addrs: addrs.into_iter().map(Into::into).collect(), token: Default::default(), tls: Tls::Off }
     }
 
     /// Waits until a request can be routed (a ready leader connection), at
@@ -276,7 +288,7 @@ impl TicketBroker {
         }
         let (reply, rx) = oneshot::channel();
         let deadline = later(Instant::now(), timeout);
-        if self.shared.send(Cmd::WaitReady { deadline, reply }).is_err() {
+        if self.shared.send(Cmd::WaitReady { deadline, reply }).await.is_err() {
             return false;
         }
         rx.await.unwrap_or(false)
@@ -317,7 +329,7 @@ impl TicketBroker {
         }
         let cid = self.shared.next_cid.fetch_add(1, Ordering::Relaxed);
         let (reply, rx) = oneshot::channel();
-        self.shared.send(Cmd::Acquire { cid, params, reply })?;
+        self.shared.send(Cmd::Acquire { cid, params, reply }).await?;
         let mut guard = CancelGuard { shared: self.shared.clone(), cid, rx: Some(rx) };
         let result = match guard.rx.as_mut() {
             Some(rx) => rx.await,
@@ -338,7 +350,7 @@ impl TicketBroker {
     pub async fn close(&self) {
         self.shared.closed.store(true, Ordering::SeqCst);
         let (reply, rx) = oneshot::channel();
-        if self.shared.send(Cmd::Close { reply }).is_ok() {
+        if self.shared.send(Cmd::Close { reply }).await.is_ok() {
             let _ = rx.await;
         }
     }
@@ -450,7 +462,7 @@ impl Ticket {
             return Err(Error::Closed);
         }
         let (reply, rx) = oneshot::channel();
-        self.shared.send(Cmd::Release { grant: self.grant.clone(), reply })?;
+        self.shared.send(Cmd::Release { grant: self.grant.clone(), reply }).await?;
         match rx.await {
             Ok(Ok(released)) => {
                 *outcome = Some(released);
@@ -469,7 +481,7 @@ impl Drop for Ticket {
             return;
         }
         if let Some(tx) = self.shared.sender_here() {
-            let _ = tx.send(Cmd::Abandon { grant: self.grant.clone(), purpose: Purpose::BestEffort });
+            send_from_drop(tx, Cmd::Abandon { grant: self.grant.clone(), purpose: Purpose::BestEffort });
         }
     }
 }
@@ -485,6 +497,42 @@ mod tests {
         assert_send_sync::<TicketBroker>();
         assert_send_sync::<Ticket>();
         assert_send_sync::<Error>();
+    }
+
+    #[test]
+    fn a_full_command_queue_pushes_back_and_drops_lose_nothing() {
+        let rt = runtime();
+        let (tx, mut rx) = mpsc::channel::<Cmd>(1);
+        tx.try_send(Cmd::Cancel { cid: 1 }).unwrap();
+        let tx2 = tx.clone();
+        let waiting = rt.spawn(async move { tx2.send(Cmd::Cancel { cid: 2 }).await.is_ok() });
+        // A Drop cannot wait: its command goes to a task that does.
+        send_from_drop(tx.clone(), Cmd::Cancel { cid: 3 });
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!waiting.is_finished(), "a full queue makes the sender wait");
+        let got = rt.block_on(async {
+            let mut got = Vec::new();
+            for _ in 0..3 {
+                match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+                    Ok(Some(Cmd::Cancel { cid })) => got.push(cid),
+                    _ => break,
+                }
+            }
+            got
+        });
+        assert_eq!(got.len(), 3, "every command arrives: {got:?}");
+        assert!(got.contains(&1) && got.contains(&2) && got.contains(&3), "{got:?}");
+        assert!(rt.block_on(waiting).unwrap());
+        drop(rx);
+        send_from_drop(tx, Cmd::Cancel { cid: 4 });
+    }
+
+    #[test]
+    fn the_token_is_redacted_in_debug() {
+        let b = TicketBroker::builder(["127.0.0.1:1"]).token("s3cr3t-client-token");
+        let text = format!("{b:?}");
+        assert!(!text.contains("s3cr3t"), "{text}");
+        assert!(text.contains("redacted"), "{text}");
     }
 
     #[test]

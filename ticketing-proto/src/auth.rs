@@ -1,11 +1,90 @@
 //! The challenge–response handshake of docs/protocol.md §3 (client port) and
 //! docs/cluster-protocol.md §1 (peer port): nonces from an injected RNG,
-//! `cmac`/`smac` with HMAC-SHA256, constant-time verification.
+//! `cmac`/`smac` with HMAC-SHA256, constant-time verification, and the
+//! [`Secret`] that holds a token.
 
 use crate::field::Hex32;
 use hmac::{Hmac, Mac};
 use rand_core::{CryptoRng, RngCore};
 use sha2::Sha256;
+use std::fmt;
+use subtle::ConstantTimeEq;
+use zeroize::Zeroize;
+
+/// A client or peer token. Its bytes never leave through `Debug` or
+/// `Display` (both print `<redacted>`), equality is constant-time, and the
+/// bytes are zeroed when it is dropped. [`Secret::expose`] is the one way
+/// to read them (to compute a MAC).
+#[derive(Clone, Default)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    /// Wraps `bytes`.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Secret {
+        Secret(bytes.into())
+    }
+
+    /// The token's bytes: only for computing or checking a MAC.
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// True for the empty token (auth off).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl AsRef<[u8]> for Secret {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl From<Vec<u8>> for Secret {
+    fn from(bytes: Vec<u8>) -> Secret {
+        Secret(bytes)
+    }
+}
+
+impl From<&str> for Secret {
+    fn from(text: &str) -> Secret {
+        Secret(text.as_bytes().to_vec())
+    }
+}
+
+impl From<String> for Secret {
+    fn from(text: String) -> Secret {
+        Secret(text.into_bytes())
+    }
+}
+
+/// Constant-time in the contents (the length is not secret).
+impl PartialEq for Secret {
+    fn eq(&self, other: &Secret) -> bool {
+        self.0.ct_eq(&other.0).into()
+    }
+}
+
+impl Eq for Secret {}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl Drop for Secret {
+    fn drop(&mut self) {
+        self.0.zeroize();
+    }
+}
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -64,8 +143,8 @@ pub fn verify(token: &[u8], label: Label, snonce: &Hex32, cnonce: &Hex32, candid
 /// `cmac` (every token is checked, in constant time each). With an empty list
 /// auth is off: any `cmac` is accepted and `Some(None)` says to answer with
 /// the empty token. `None`: refused.
-pub fn check_client(
-    tokens: &[Vec<u8>],
+pub fn check_client<T: AsRef<[u8]>>(
+    tokens: &[T],
     label: Label,
     snonce: &Hex32,
     cnonce: &Hex32,
@@ -76,7 +155,7 @@ pub fn check_client(
     }
     let mut found = None;
     for (i, t) in tokens.iter().enumerate() {
-        if verify(t, label, snonce, cnonce, cmac) && found.is_none() {
+        if verify(t.as_ref(), label, snonce, cnonce, cmac) && found.is_none() {
             found = Some(i);
         }
     }
@@ -124,6 +203,19 @@ mod tests {
     }
 
     #[test]
+    fn secret_never_prints_its_bytes() {
+        let s = Secret::from("hunter2-token");
+        assert_eq!(format!("{s:?}"), "Secret(<redacted>)");
+        assert_eq!(format!("{s}"), "<redacted>");
+        assert_eq!(format!("{:?}", Some(vec![s.clone()])), "Some([Secret(<redacted>)])");
+        assert_eq!(s.expose(), b"hunter2-token");
+        assert_eq!(s, Secret::from("hunter2-token".to_owned()));
+        assert_ne!(s, Secret::from("hunter2-tokem"));
+        assert_ne!(s, Secret::from("hunter2"));
+        assert!(Secret::default().is_empty() && !s.is_empty());
+    }
+
+    #[test]
     fn injected_rng_is_deterministic() {
         let a = nonce(&mut Counter(0));
         let b = nonce(&mut Counter(0));
@@ -141,7 +233,9 @@ mod tests {
         assert_eq!(check_client(&tokens, Label::Client, &s, &c, &good), Some(Some(1)));
         let bad = mac(b"other", Label::Client, &s, &c);
         assert_eq!(check_client(&tokens, Label::Client, &s, &c, &bad), None);
-        assert_eq!(check_client(&[], Label::Client, &s, &c, &bad), Some(None));
+        assert_eq!(check_client::<Secret>(&[], Label::Client, &s, &c, &bad), Some(None));
+        let secrets = [Secret::from("old"), Secret::from("new")];
+        assert_eq!(check_client(&secrets, Label::Client, &s, &c, &good), Some(Some(1)));
         // replay against a new snonce fails
         let s2 = nonce(&mut Counter(9));
         assert_eq!(check_client(&tokens, Label::Client, &s2, &c, &good), None);

@@ -21,7 +21,8 @@ use std::io;
 use std::net::ToSocketAddrs;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use ticketing_proto::limits::{HANDSHAKE_TIMEOUT, MAX_PENDING_PER_CONN};
+use ticketing_proto::auth::Secret;
+use ticketing_proto::limits::{HANDSHAKE_TIMEOUT, MAX_FRAME, MAX_PENDING_PER_CONN};
 use ticketing_proto::Addr;
 
 /// Default client address.
@@ -143,6 +144,18 @@ pub struct Cli {
     /// Seconds (fractions allowed) to complete AUTH.
     #[arg(long, env = "TICKETING_HANDSHAKE_TIMEOUT", value_name = "SECONDS")]
     pub handshake_timeout: Option<f64>,
+    /// Answer bytes a client may leave unread; over it the connection is closed.
+    #[arg(long, env = "TICKETING_MAX_WRITE_BUFFER_BYTES", value_name = "BYTES")]
+    pub max_write_buffer_bytes: Option<usize>,
+    /// Connections on the peer port (handshaking included); over it → `E overloaded`, close.
+    #[arg(long, env = "TICKETING_MAX_PEER_CONNECTIONS", value_name = "N")]
+    pub max_peer_connections: Option<usize>,
+    /// Seconds (fractions allowed) an accepted peer has to complete its handshake.
+    #[arg(long, env = "TICKETING_PEER_HANDSHAKE_TIMEOUT", value_name = "SECONDS")]
+    pub peer_handshake_timeout: Option<f64>,
+    /// Seconds (fractions allowed) a started peer frame has to arrive whole.
+    #[arg(long, env = "TICKETING_PEER_FRAME_TIMEOUT", value_name = "SECONDS")]
+    pub peer_frame_timeout: Option<f64>,
     /// Raft heartbeat interval, ms.
     #[arg(long, env = "TICKETING_HEARTBEAT_MS", value_name = "MS")]
     pub heartbeat_ms: Option<u64>,
@@ -210,6 +223,10 @@ pub struct Limits {
     pub max_pending_per_conn: usize,
     /// Client connections; over it → `E overloaded`.
     pub max_connections: usize,
+    /// Answer bytes waiting for a client that does not read them; over it → closed.
+    pub max_write_buffer_bytes: usize,
+    /// Peer-port connections; over it → `E overloaded`, closed.
+    pub max_peer_connections: usize,
 }
 
 impl Default for Limits {
@@ -220,6 +237,8 @@ impl Default for Limits {
             max_held_keys: 1_000_000,
             max_pending_per_conn: MAX_PENDING_PER_CONN,
             max_connections: 10_000,
+            max_write_buffer_bytes: 1024 * 1024,
+            max_peer_connections: 64,
         }
     }
 }
@@ -238,11 +257,11 @@ pub struct Config {
     /// Create a new fencing domain.
     pub bootstrap: bool,
     /// Accepted client tokens (empty = auth off).
-    pub client_tokens: Vec<Vec<u8>>,
+    pub client_tokens: Vec<Secret>,
     /// The `--client-tokens-file` the tokens were read from, if any.
     pub client_tokens_file: Option<PathBuf>,
     /// The peer token (cluster mode).
-    pub peer_token: Option<Vec<u8>>,
+    pub peer_token: Option<Secret>,
     /// TLS certificate chain for the client port.
     pub tls_cert: Option<PathBuf>,
     /// TLS private key for the client port.
@@ -255,6 +274,10 @@ pub struct Config {
     pub limits: Limits,
     /// Time to complete the handshake.
     pub handshake_timeout: Duration,
+    /// Time an accepted peer has to complete the peer handshake.
+    pub peer_handshake_timeout: Duration,
+    /// Time a started peer frame has to arrive whole.
+    pub peer_frame_timeout: Duration,
     /// Raft heartbeat interval, ms.
     pub heartbeat_ms: u64,
     /// Raft election timeout lower bound, ms.
@@ -281,6 +304,8 @@ impl Default for Config {
             admin_listen: None,
             limits: Limits::default(),
             handshake_timeout: HANDSHAKE_TIMEOUT,
+            peer_handshake_timeout: HANDSHAKE_TIMEOUT,
+            peer_frame_timeout: Duration::from_secs(30),
             heartbeat_ms: 50,
             election_timeout_min_ms: 1160,
             election_timeout_max_ms: 1200,
@@ -299,9 +324,18 @@ fn check_address(setting: &'static str, addr: &str) -> Result<(), ConfigError> {
 }
 
 /// Reads a token file: one token per line, surrounding whitespace trimmed, blank lines skipped.
-fn read_token_lines(path: &Path) -> Result<Vec<Vec<u8>>, ConfigError> {
-    let text = read("token file", path)?;
-    Ok(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(|l| l.as_bytes().to_vec()).collect())
+fn read_token_lines(path: &Path) -> Result<Vec<Secret>, ConfigError> {
+    let text = zeroize::Zeroizing::new(read("token file", path)?);
+    Ok(text.lines().map(str::trim).filter(|l| !l.is_empty()).map(Secret::from).collect())
+}
+
+/// A duration setting in seconds (fractions allowed): in (0, 3600].
+fn seconds(setting: &'static str, given: Option<f64>, default: Duration) -> Result<Duration, ConfigError> {
+    match given {
+        None => Ok(default),
+        Some(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Ok(Duration::from_secs_f64(s)),
+        Some(s) => Err(invalid(setting, format!("must be a number of seconds in (0, 3600], got {s}"))),
+    }
 }
 
 fn env_var(name: &'static str) -> Result<Option<String>, ConfigError> {
@@ -332,6 +366,10 @@ impl Config {
             ("max_pending_per_conn", d.limits.max_pending_per_conn.to_string()),
             ("max_connections", d.limits.max_connections.to_string()),
             ("handshake_timeout", d.handshake_timeout.as_secs_f64().to_string()),
+            ("max_write_buffer_bytes", d.limits.max_write_buffer_bytes.to_string()),
+            ("max_peer_connections", d.limits.max_peer_connections.to_string()),
+            ("peer_handshake_timeout", d.peer_handshake_timeout.as_secs_f64().to_string()),
+            ("peer_frame_timeout", d.peer_frame_timeout.as_secs_f64().to_string()),
             ("heartbeat_ms", d.heartbeat_ms.to_string()),
             ("election_timeout_min_ms", d.election_timeout_min_ms.to_string()),
             ("election_timeout_max_ms", d.election_timeout_max_ms.to_string()),
@@ -388,12 +426,17 @@ impl Config {
         if let Some(path) = &client_tokens_file {
             client_tokens.extend(read_token_lines(path)?);
         }
-        if let Some(inline) = env_var("TICKETING_CLIENT_TOKENS")? {
-            client_tokens
-                .extend(inline.split(',').map(str::trim).filter(|t| !t.is_empty()).map(|t| t.as_bytes().to_vec()));
+        if let Some(inline) = env_var("TICKETING_CLIENT_TOKENS")?.map(zeroize::Zeroizing::new) {
+            client_tokens.extend(inline.split(',').map(str::trim).filter(|t| !t.is_empty()).map(Secret::from));
         }
-        let mut unique = std::collections::HashSet::new();
-        client_tokens.retain(|t| unique.insert(t.clone()));
+        // Duplicates dropped (Secret compares in constant time).
+        let mut unique: Vec<Secret> = Vec::with_capacity(client_tokens.len());
+        for t in client_tokens {
+            if !unique.contains(&t) {
+                unique.push(t);
+            }
+        }
+        let client_tokens = unique;
 
         let peer_token = match cli.peer_token_file {
             Some(path) => {
@@ -408,7 +451,10 @@ impl Config {
                     }
                 }
             }
-            None => env_var("TICKETING_PEER_TOKEN")?.map(|t| t.trim().as_bytes().to_vec()).filter(|t| !t.is_empty()),
+            None => env_var("TICKETING_PEER_TOKEN")?
+                .map(zeroize::Zeroizing::new)
+                .map(|t| Secret::from(t.trim()))
+                .filter(|t| !t.is_empty()),
         };
 
         let tls_cert = cli.tls_cert;
@@ -423,6 +469,8 @@ impl Config {
             max_held_keys: cli.max_held_keys.unwrap_or(dl.max_held_keys),
             max_pending_per_conn: cli.max_pending_per_conn.unwrap_or(dl.max_pending_per_conn),
             max_connections: cli.max_connections.unwrap_or(dl.max_connections),
+            max_write_buffer_bytes: cli.max_write_buffer_bytes.unwrap_or(dl.max_write_buffer_bytes),
+            max_peer_connections: cli.max_peer_connections.unwrap_or(dl.max_peer_connections),
         };
 
         const MAX_LIMIT: usize = 1 << 30;
@@ -432,22 +480,28 @@ impl Config {
             ("--max-held-keys", limits.max_held_keys),
             ("--max-pending-per-conn", limits.max_pending_per_conn),
             ("--max-connections", limits.max_connections),
+            ("--max-write-buffer-bytes", limits.max_write_buffer_bytes),
+            ("--max-peer-connections", limits.max_peer_connections),
         ] {
             if value > MAX_LIMIT {
                 return Err(invalid(name, format!("must be at most {MAX_LIMIT}, got {value}")));
             }
         }
 
-        let handshake_timeout = match cli.handshake_timeout {
-            None => d.handshake_timeout,
-            Some(hs) if hs.is_finite() && hs > 0.0 && hs <= 3600.0 => Duration::from_secs_f64(hs),
-            Some(hs) => {
-                return Err(invalid(
-                    "--handshake-timeout",
-                    format!("must be a number of seconds in (0, 3600], got {hs}"),
-                ))
-            }
-        };
+        // A write buffer must hold at least one whole frame.
+        if limits.max_write_buffer_bytes < MAX_FRAME {
+            return Err(invalid(
+                "--max-write-buffer-bytes",
+                format!("must be at least {MAX_FRAME} (one frame), got {}", limits.max_write_buffer_bytes),
+            ));
+        }
+        if limits.max_peer_connections == 0 {
+            return Err(invalid("--max-peer-connections", "must be at least 1"));
+        }
+        let handshake_timeout = seconds("--handshake-timeout", cli.handshake_timeout, d.handshake_timeout)?;
+        let peer_handshake_timeout =
+            seconds("--peer-handshake-timeout", cli.peer_handshake_timeout, d.peer_handshake_timeout)?;
+        let peer_frame_timeout = seconds("--peer-frame-timeout", cli.peer_frame_timeout, d.peer_frame_timeout)?;
 
         let heartbeat_ms = cli.heartbeat_ms.unwrap_or(d.heartbeat_ms);
         let election_timeout_min_ms = cli.election_timeout_min_ms.unwrap_or(d.election_timeout_min_ms);
@@ -496,6 +550,8 @@ impl Config {
             admin_listen,
             limits,
             handshake_timeout,
+            peer_handshake_timeout,
+            peer_frame_timeout,
             heartbeat_ms,
             election_timeout_min_ms,
             election_timeout_max_ms,
@@ -588,7 +644,13 @@ mod tests {
     fn token_file_lines() {
         let p = tmp("tokens", "  one \n\n two\n");
         let c = Config::resolve(cli(&["--client-tokens-file", p.to_str().unwrap()])).unwrap();
-        assert_eq!(c.client_tokens, vec![b"one".to_vec(), b"two".to_vec()]);
+        assert_eq!(c.client_tokens, vec![Secret::from("one"), Secret::from("two")]);
+        let p = tmp("tokens2", "zq-secret-77\n");
+        let c = Config::resolve(cli(&["--client-tokens-file", p.to_str().unwrap()])).unwrap();
+        let debug = format!("{c:?}");
+        // Neither the text nor the bytes (as `Vec<u8>` would print them).
+        assert!(!debug.contains("zq-secret") && !debug.contains("122, 113"), "{debug}");
+        assert!(debug.contains("Secret(<redacted>)"), "{debug}");
         assert!(Config::resolve(cli(&["--client-tokens-file", "/nonexistent/tokens"])).is_err());
     }
 
@@ -605,6 +667,26 @@ mod tests {
         assert!(Config::resolve(cli(&["--election-timeout-min-ms", "2000"])).is_err());
         assert!(Config::resolve(cli(&["--max-connections", "18446744073709551615"])).is_err());
         assert!(Config::resolve(cli(&["--max-pending-per-conn", "0"])).is_ok());
+        assert!(Config::resolve(cli(&["--max-write-buffer-bytes", "100"])).is_err());
+        assert!(Config::resolve(cli(&["--max-peer-connections", "0"])).is_err());
+        assert!(Config::resolve(cli(&["--peer-handshake-timeout", "0"])).is_err());
+        assert!(Config::resolve(cli(&["--peer-frame-timeout", "inf"])).is_err());
+        let c = Config::resolve(cli(&[
+            "--max-write-buffer-bytes",
+            "4096",
+            "--max-peer-connections",
+            "3",
+            "--peer-handshake-timeout",
+            "0.5",
+            "--peer-frame-timeout",
+            "2",
+        ]))
+        .unwrap();
+        assert_eq!((c.limits.max_write_buffer_bytes, c.limits.max_peer_connections), (4096, 3));
+        assert_eq!(
+            (c.peer_handshake_timeout, c.peer_frame_timeout),
+            (Duration::from_millis(500), Duration::from_secs(2))
+        );
         assert!(Cli::try_parse_from(["ticketing-server", "--max-waiters", "-1"]).is_err());
         assert!(Cli::try_parse_from(["ticketing-server", "--client-token", "x"]).is_err());
     }

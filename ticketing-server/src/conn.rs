@@ -5,10 +5,11 @@
 //! One task per connection. Reads go into a buffer that never holds more
 //! than 512 bytes without an LF (a longer line is `E too_large`); answers
 //! are encoded whole into one outbound buffer that the same task writes, so
-//! frames never interleave. While the outbound buffer is over
-//! [`OUT_HIGH_WATER`] the task stops reading (back-pressure on a client that
-//! does not read its answers). The manager's answers arrive on a bounded
-//! queue with one slot per allowed in-flight request.
+//! frames never interleave. The outbound buffer is bounded by
+//! `--max-write-buffer-bytes`: a client that leaves more answers than that
+//! unread is closed at once (docs/deployment.md, "Limits"), so it never holds memory or
+//! stalls anyone else. The manager's answers arrive on a bounded queue with
+//! one slot per allowed in-flight request.
 
 use crate::manager::{ConnId, Delivery, ManagerHandle, ManagerRequest};
 use crate::replication::{self, Leadership};
@@ -24,8 +25,6 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, trace};
 
-/// Stop reading while this many answer bytes wait to be written.
-pub const OUT_HIGH_WATER: usize = 64 * 1024;
 /// How long a fatal `E` line (and what was queued before it) may take to write.
 const FATAL_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 /// After a fatal `E`, how long to read and discard what the client still
@@ -44,11 +43,13 @@ pub struct ConnContext {
     /// This node's view of leadership.
     pub leadership: watch::Receiver<Leadership>,
     /// Accepted client tokens; empty = auth off.
-    pub client_tokens: Vec<Vec<u8>>,
+    pub client_tokens: Vec<ticketing_proto::auth::Secret>,
     /// This node's client address as announced in `M`/`L`.
     pub advertise: Addr,
     /// In-flight requests allowed per connection.
     pub max_pending: usize,
+    /// Answer bytes a connection may leave unwritten (`--max-write-buffer-bytes`).
+    pub max_write_buffer: usize,
 }
 
 /// Why the connection loop ended.
@@ -57,6 +58,9 @@ enum End {
     Fatal(ServerFrame),
     /// The client closed (or the socket failed): just close.
     Gone,
+    /// The client left more than `--max-write-buffer-bytes` unread: close
+    /// at once, nothing more written.
+    Overflow,
 }
 
 /// The state of one client connection (its task owns it).
@@ -112,12 +116,17 @@ pub async fn serve<S>(
         if eof_drain.is_some() && conn.in_flight.is_empty() {
             break End::Gone;
         }
+        if conn.out.len() > ctx.max_write_buffer {
+            break End::Overflow;
+        }
         tokio::select! {
             biased;
             _ = shutdown.recv() => {
                 break End::Fatal(ServerFrame::error(ErrorCode::ShuttingDown));
             }
             _ = tokio::time::sleep_until(handshake_deadline), if !conn.authed => {
+                ctx.manager.metrics().limits.client_handshake_timeouts.inc();
+                debug!("handshake timed out");
                 break End::Fatal(ServerFrame::error(ErrorCode::HandshakeTimeout));
             }
             _ = sleep_until_some(eof_drain), if eof_drain.is_some() => {
@@ -142,7 +151,7 @@ pub async fn serve<S>(
                     break End::Gone;
                 }
             }
-            res = rd.read(&mut chunk), if conn.out.len() < OUT_HIGH_WATER && eof_drain.is_none() => {
+            res = rd.read(&mut chunk), if eof_drain.is_none() => {
                 match res {
                     Ok(0) => {
                         // EOF: the client sends nothing more. Its waiters
@@ -194,6 +203,14 @@ pub async fn serve<S>(
             if matches!(wrote, Ok(Ok(()))) {
                 linger(&mut rd).await;
             }
+        }
+        End::Overflow => {
+            ctx.manager.metrics().limits.write_buffer_overflows.inc();
+            debug!(
+                unread = conn.out.len(),
+                limit = ctx.max_write_buffer,
+                "closing: the client does not read its answers"
+            );
         }
         End::Gone => {
             let out = &mut conn.out;
@@ -339,7 +356,7 @@ impl ClientConn<'_> {
         if !l.active {
             return Some(End::Fatal(ServerFrame::error(ErrorCode::NotActive)));
         }
-        let token: &[u8] = which.map(|i| tokens[i].as_slice()).unwrap_or_default();
+        let token: &[u8] = which.map(|i| tokens[i].expose()).unwrap_or_default();
         let smac = auth::mac(token, Label::Server, &self.snonce, &cnonce);
         let role = if l.serving { Role::Leader } else { Role::Follower };
         self.send(&ServerFrame::Ok { role, smac });

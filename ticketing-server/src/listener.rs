@@ -57,6 +57,7 @@ impl Listener {
             let tls = self.tls.clone();
             let Ok(permit) = self.limit.clone().try_acquire_owned() else {
                 debug!(%peer, "connection limit reached");
+                self.ctx.manager.metrics().limits.client_connections_refused.inc();
                 if let Ok(slot) = refusing.clone().try_acquire_owned() {
                     tokio::spawn(async move {
                         let _slot = slot;
@@ -83,6 +84,10 @@ impl Listener {
                     match handshake_tls(tls, socket, deadline).await {
                         Some(Either::Plain(s)) => conn::serve(s, id, &ctx, deadline, shutdown).await,
                         Some(Either::Tls(s)) => conn::serve(*s, id, &ctx, deadline, shutdown).await,
+                        // The TLS stage of the handshake ran out of time.
+                        None if Instant::now() >= deadline => {
+                            ctx.manager.metrics().limits.client_handshake_timeouts.inc();
+                        }
                         None => {}
                     }
                     debug!("closed");

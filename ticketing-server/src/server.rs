@@ -41,8 +41,15 @@ pub fn advertise_addr(config: &Config, listener: &TcpListener) -> Result<Addr> {
 
 /// THE ONE SEAM for cluster mode: builds the openraft-backed [`Replicator`]
 /// (peer port, Raft, bootstrap or join) announcing `advertise` to clients.
-pub async fn cluster_replicator(config: &Config, advertise: &Addr) -> Result<cluster::Started, ClusterError> {
-    cluster::start(cluster::ClusterConfig::from_config(config, advertise.clone())).await
+/// `metrics`: where the peer port counts what its limits refuse.
+pub async fn cluster_replicator(
+    config: &Config,
+    advertise: &Addr,
+    metrics: &Metrics,
+) -> Result<cluster::Started, ClusterError> {
+    let mut cc = cluster::ClusterConfig::from_config(config, advertise.clone());
+    cc.limits.metrics = metrics.limits.clone();
+    cluster::start(cc).await
 }
 
 /// Runs the server on `listener` until `shutdown` completes, then shuts
@@ -51,10 +58,11 @@ pub async fn cluster_replicator(config: &Config, advertise: &Addr) -> Result<clu
 /// returned as the error.
 pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future) -> Result<()> {
     let advertise = advertise_addr(&config, &listener)?;
+    let metrics = Arc::new(Metrics::new(!config.is_standalone()));
     let (replicator, cluster, failed): (Arc<dyn Replicator>, _, _) = if config.is_standalone() {
         (Arc::new(Standalone::new(advertise.clone())), None, None)
     } else {
-        let started = cluster_replicator(&config, &advertise).await?;
+        let started = cluster_replicator(&config, &advertise, &metrics).await?;
         (started.replicator.clone(), Some(started.replicator), Some(started.failed))
     };
     // Stops on the signal, or with the error of a refused bootstrap.
@@ -74,7 +82,6 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future) -
             e = failed => Some(e),
         }
     };
-    let metrics = Arc::new(Metrics::new(cluster.is_some()));
     let manager = manager::spawn(replicator.clone(), config.limits.clone(), metrics, advertise.clone());
     if let Some(addr) = &config.admin_listen {
         let admin = TcpListener::bind(addr).await.with_context(|| format!("cannot bind --admin-listen {addr}"))?;
@@ -125,6 +132,7 @@ pub async fn run_with<F: Future>(
         client_tokens: config.client_tokens.clone(),
         advertise: advertise.clone(),
         max_pending: config.limits.max_pending_per_conn,
+        max_write_buffer: config.limits.max_write_buffer_bytes,
     });
     let (notify_shutdown, _) = broadcast::channel(1);
     let (shutdown_complete_tx, mut shutdown_complete_rx) = mpsc::channel::<()>(1);

@@ -74,8 +74,8 @@ pub fn backoff_delay(step: u32) -> Duration {
 pub struct BrokerConfig {
     /// Configured addresses (`host:port`); also the leader-hint allowlist.
     pub addrs: Vec<String>,
-    /// Shared client token (empty: auth off).
-    pub token: Vec<u8>,
+    /// Shared client token (empty: auth off); `Debug` prints it redacted.
+    pub token: crate::auth::Secret,
     /// Session timing.
     pub session: SessionConfig,
     /// Release lane capacity (entries queued + in flight).
@@ -91,7 +91,7 @@ impl BrokerConfig {
     pub fn new(addrs: Vec<String>, token: impl Into<Vec<u8>>) -> BrokerConfig {
         BrokerConfig {
             addrs,
-            token: token.into(),
+            token: crate::auth::Secret::new(token),
             session: SessionConfig::default(),
             lane_capacity: lane::DEFAULT_CAPACITY,
             max_pending_per_conn: crate::limits::MAX_PENDING_PER_CONN,

@@ -18,7 +18,7 @@ impl Broker {
         self.next_conn += 1;
         let mut cnonce = [0u8; 32];
         self.rng.fill_bytes(&mut cnonce);
-        let session = Session::new(now, self.config.session.clone(), &self.config.token, Hex32(cnonce));
+        let session = Session::new(now, self.config.session.clone(), self.config.token.expose(), Hex32(cnonce));
         self.slots[slot].conn = Some(Conn { id, session, role: None });
         self.conn_slot.insert(id, slot);
         self.events.push_back(BrokerEvent::Connect { conn: id, addr: self.slots[slot].addr.clone() });

@@ -29,7 +29,7 @@ mod tests;
 
 pub use messages::{Answer, CancelOutcome, CloseReason, Closed, Request, SendError, SessionConfig, SessionEvent};
 
-use crate::auth::{self, Label};
+use crate::auth::{self, Label, Secret};
 use crate::frame::{decode_server, ClientFrame, ErrorCode, FrameError, Hex32, Key, RequestId, ServerFrame};
 use crate::op::OpId;
 use crate::timer::TimerTable;
@@ -70,7 +70,7 @@ struct Pending {
 #[derive(Debug)]
 pub struct Session {
     config: SessionConfig,
-    token: Vec<u8>,
+    token: Secret,
     pending_cnonce: Option<Hex32>,
     phase: Phase,
     next_id: u64,
@@ -94,7 +94,7 @@ impl Session {
         timers.set(Timer::Handshake, now + config.handshake_timeout);
         Session {
             config,
-            token: token.to_vec(),
+            token: Secret::new(token),
             pending_cnonce: Some(cnonce),
             phase: Phase::AwaitGreeting,
             next_id: 1,
@@ -347,7 +347,7 @@ impl Session {
                 let Some(cnonce) = self.pending_cnonce.take() else {
                     return self.close(CloseReason::Protocol("second greeting"));
                 };
-                let cmac = auth::mac(&self.token, Label::Client, &snonce, &cnonce);
+                let cmac = auth::mac(self.token.expose(), Label::Client, &snonce, &cnonce);
                 self.outbound.push_back((None, ClientFrame::Auth { cnonce, cmac }.to_bytes()));
                 self.phase = Phase::AwaitOk { snonce, cnonce };
             }
@@ -356,7 +356,7 @@ impl Session {
                 let ServerFrame::Ok { role, smac } = frame else {
                     return self.close(CloseReason::Protocol("expected OK"));
                 };
-                if !auth::verify(&self.token, Label::Server, &snonce, &cnonce, &smac) {
+                if !auth::verify(self.token.expose(), Label::Server, &snonce, &cnonce, &smac) {
                     // A fake server: no request is ever sent on this connection.
                     return self.close(CloseReason::AuthFailed);
                 }

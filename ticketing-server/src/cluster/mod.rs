@@ -51,8 +51,8 @@ pub struct ClusterConfig {
     pub peers: Vec<String>,
     /// Create a new fencing domain.
     pub bootstrap: bool,
-    /// The peer token (empty when none).
-    pub peer_token: Vec<u8>,
+    /// The peer token (empty when none); `Debug` prints it redacted.
+    pub peer_token: ticketing_proto::auth::Secret,
     /// This node's client address, announced in `M`/`L`.
     pub advertise: Addr,
     /// Raft heartbeat interval, ms.
@@ -61,6 +61,8 @@ pub struct ClusterConfig {
     pub election_timeout_min_ms: u64,
     /// Raft election timeout upper bound, ms (also the quorum-ack limit, docs/deployment.md "Failover timing").
     pub election_timeout_max_ms: u64,
+    /// The peer port's abuse limits and their metrics.
+    pub limits: peer::PeerLimits,
 }
 
 impl ClusterConfig {
@@ -77,6 +79,12 @@ impl ClusterConfig {
             heartbeat_ms: cfg.heartbeat_ms,
             election_timeout_min_ms: cfg.election_timeout_min_ms,
             election_timeout_max_ms: cfg.election_timeout_max_ms,
+            limits: peer::PeerLimits {
+                max_connections: cfg.limits.max_peer_connections,
+                handshake_timeout: cfg.peer_handshake_timeout,
+                frame_timeout: cfg.peer_frame_timeout,
+                metrics: Default::default(),
+            },
         }
     }
 }
@@ -130,7 +138,9 @@ pub struct Node {
     /// This process's NodeId.
     pub id: NodeId,
     /// The peer token.
-    pub token: Vec<u8>,
+    pub token: ticketing_proto::auth::Secret,
+    /// The peer port's abuse limits.
+    pub limits: peer::PeerLimits,
     /// This node's client address.
     pub client_addr: String,
     /// `--peers`.
@@ -343,6 +353,7 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
     let node = Arc::new(Node {
         id: random_node_id(),
         token: cfg.peer_token.clone(),
+        limits: cfg.limits.clone(),
         client_addr: cfg.advertise.as_str().to_owned(),
         peers: cfg.peers.clone(),
         peer_listen: cfg.peer_listen.clone(),

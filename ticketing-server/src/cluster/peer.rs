@@ -7,6 +7,7 @@ use super::membership;
 use super::types::{NodeId, NodeInfo, TypeConfig};
 use super::wire::{self, Body, Envelope, Refusal, WireError, VERSION};
 use super::Node;
+use crate::manager::metrics::LimitMetrics;
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -21,27 +22,74 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tracing::{debug, warn};
 
 /// Time to connect and complete the handshake with a peer.
 const DIAL_TIMEOUT: Duration = Duration::from_millis(1000);
-/// Time an accepted peer has to complete the handshake (the client port's default).
-const ACCEPT_HANDSHAKE_TIMEOUT: Duration = ticketing_proto::limits::HANDSHAKE_TIMEOUT;
+/// Requests of one accepted peer connection being served at once; the next
+/// frame is read only when one finishes (docs/deployment.md, "Queues").
+pub const MAX_PEER_IN_FLIGHT: usize = 256;
+/// Encoded frames waiting to be written on one peer connection, either way.
+pub const PEER_WRITE_QUEUE: usize = 256;
+
+/// The peer port's abuse limits (docs/deployment.md, "Limits") and their metrics.
+#[derive(Debug, Clone)]
+pub struct PeerLimits {
+    /// `--max-peer-connections`: accepted peer connections at once.
+    pub max_connections: usize,
+    /// `--peer-handshake-timeout`: time an accepted peer has to complete the handshake.
+    pub handshake_timeout: Duration,
+    /// `--peer-frame-timeout`: time a started frame has to arrive whole.
+    pub frame_timeout: Duration,
+    /// Counters of what these limits refused or closed.
+    pub metrics: LimitMetrics,
+}
+
+impl Default for PeerLimits {
+    fn default() -> PeerLimits {
+        let d = crate::config::Config::default();
+        PeerLimits {
+            max_connections: d.limits.max_peer_connections,
+            handshake_timeout: d.peer_handshake_timeout,
+            frame_timeout: d.peer_frame_timeout,
+            metrics: LimitMetrics::default(),
+        }
+    }
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Serves the peer port until the process ends.
+/// Serves the peer port until the process ends. At most
+/// `--max-peer-connections` connections at once: one more is answered
+/// `E overloaded` (if its socket takes the line at once) and closed.
 pub async fn serve(listener: TcpListener, node: Arc<Node>) {
+    let slots = Arc::new(Semaphore::new(node.limits.max_connections));
     loop {
         match listener.accept().await {
             Ok((stream, from)) => {
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    node.limits.metrics.peer_connections_refused.inc();
+                    debug!(%from, "peer connection limit reached");
+                    // Never waits: the accept loop must not stall.
+                    let _ = stream.try_write(b"E overloaded\n");
+                    continue;
+                };
                 let node = node.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = serve_conn(stream, node).await {
-                        debug!(%from, error = %e, "peer connection ended");
+                    let _permit = permit;
+                    let gauge = &node.limits.metrics.peer_connections;
+                    gauge.inc();
+                    let result = serve_conn(stream, node.clone()).await;
+                    node.limits.metrics.peer_connections.dec();
+                    match result {
+                        Ok(()) => debug!(%from, "peer connection ended"),
+                        Err(e @ (WireError::Protocol(_) | WireError::Timeout)) => {
+                            warn!(%from, error = %e, "peer connection closed")
+                        }
+                        Err(e) => debug!(%from, error = %e, "peer connection ended"),
                     }
                 });
             }
@@ -57,8 +105,26 @@ async fn serve_conn(stream: TcpStream, node: Arc<Node>) -> Result<(), WireError>
     let _ = stream.set_nodelay(true);
     let (r, mut w) = stream.into_split();
     let mut r = BufReader::new(r);
-    wire::accept_handshake(&mut r, &mut w, &node.token, node.id, node.domain(), ACCEPT_HANDSHAKE_TIMEOUT).await?;
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(256);
+    let limits = &node.limits;
+    let handshake =
+        wire::accept_handshake(&mut r, &mut w, node.token.expose(), node.id, node.domain(), limits.handshake_timeout);
+    match tokio::time::timeout(limits.handshake_timeout, handshake).await {
+        Ok(Ok(())) => {}
+        // The handshake's own read limit answered `E handshake_timeout`.
+        Ok(Err(WireError::Timeout)) => {
+            limits.metrics.peer_handshake_timeouts.inc();
+            return Err(WireError::Timeout);
+        }
+        // The whole handshake (greeting write included) ran out of time first.
+        Err(_) => {
+            limits.metrics.peer_handshake_timeouts.inc();
+            let _ = tokio::time::timeout(Duration::from_secs(1), w.write_all(b"E handshake_timeout\n")).await;
+            return Err(WireError::Timeout);
+        }
+        Ok(Err(e)) => return Err(e),
+    }
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(PEER_WRITE_QUEUE);
+    let in_flight = Arc::new(Semaphore::new(MAX_PEER_IN_FLIGHT));
     let writer = tokio::spawn(async move {
         while let Some(bytes) = rx.recv().await {
             if w.write_all(&bytes).await.is_err() {
@@ -67,11 +133,14 @@ async fn serve_conn(stream: TcpStream, node: Arc<Node>) -> Result<(), WireError>
         }
     });
     let result = loop {
-        match wire::read_frame(&mut r).await {
+        // Back-pressure: the next frame is read once a request slot is free.
+        let Ok(slot) = in_flight.clone().acquire_owned().await else { break Ok(()) };
+        match wire::read_frame_within(&mut r, limits.frame_timeout).await {
             Ok(Some(env)) => {
                 let node = node.clone();
                 let tx = tx.clone();
                 tokio::spawn(async move {
+                    let _slot = slot;
                     let id = env.id;
                     let body = respond(&node, env).await;
                     let answer = Envelope { v: VERSION, id, to: node.id, domain: node.domain(), body };
@@ -84,7 +153,12 @@ async fn serve_conn(stream: TcpStream, node: Arc<Node>) -> Result<(), WireError>
                 });
             }
             Ok(None) => break Ok(()),
-            Err(e) => break Err(e),
+            Err(e) => {
+                if matches!(e, WireError::Protocol(_) | WireError::Timeout) {
+                    limits.metrics.peer_bad_frames.inc();
+                }
+                break Err(e);
+            }
         }
     };
     drop(tx);
@@ -256,8 +330,9 @@ impl Pool {
         let _ = stream.set_nodelay(true);
         let (r, mut w) = stream.into_split();
         let mut r = BufReader::new(r);
-        let (peer_id, _domain) = wire::dial_handshake(&mut r, &mut w, &self.node.token, self.node.domain()).await?;
-        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(256);
+        let (peer_id, _domain) =
+            wire::dial_handshake(&mut r, &mut w, self.node.token.expose(), self.node.domain()).await?;
+        let (tx, mut rx) = mpsc::channel::<Vec<u8>>(PEER_WRITE_QUEUE);
         let pending: AwaitedAnswers = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
         let conn = Arc::new(PeerConn {
@@ -276,8 +351,9 @@ impl Pool {
             }
             alive_w.store(false, Ordering::Release);
         });
+        let frame_timeout = self.node.limits.frame_timeout;
         tokio::spawn(async move {
-            while let Ok(Some(env)) = wire::read_frame(&mut r).await {
+            while let Ok(Some(env)) = wire::read_frame_within(&mut r, frame_timeout).await {
                 if let Some(waiter) = lock(&pending).remove(&env.id) {
                     let _ = waiter.send(env);
                 }

@@ -202,20 +202,49 @@ pub fn encode(env: &Envelope) -> Result<Vec<u8>, WireError> {
 }
 
 /// Reads one frame. `Ok(None)` at a clean end of stream before a frame.
+/// The body buffer grows as bytes arrive (a length prefix alone never
+/// allocates 16 MiB); a length out of range is refused before any body byte
+/// is read.
 pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Envelope>, WireError> {
-    let mut len = [0u8; 4];
-    match r.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e.into()),
+    let mut first = [0u8; 1];
+    if r.read(&mut first).await? == 0 {
+        return Ok(None);
     }
+    read_rest(r, first[0]).await.map(Some)
+}
+
+/// [`read_frame`] where a frame, once its first byte arrived, must arrive
+/// whole within `limit` (`--peer-frame-timeout`): a peer trickling an
+/// endless frame is cut off with [`WireError::Timeout`]. Waiting for the
+/// first byte is not limited (an idle connection is fine).
+pub async fn read_frame_within<R: AsyncRead + Unpin>(
+    r: &mut R,
+    limit: Duration,
+) -> Result<Option<Envelope>, WireError> {
+    let mut first = [0u8; 1];
+    if r.read(&mut first).await? == 0 {
+        return Ok(None);
+    }
+    match tokio::time::timeout(limit, read_rest(r, first[0])).await {
+        Ok(result) => result.map(Some),
+        Err(_) => Err(WireError::Timeout),
+    }
+}
+
+/// The rest of a frame whose first length byte is `first`.
+async fn read_rest<R: AsyncRead + Unpin>(r: &mut R, first: u8) -> Result<Envelope, WireError> {
+    let mut len = [first, 0, 0, 0];
+    r.read_exact(&mut len[1..]).await.map_err(|_| WireError::Protocol("stream ended inside a frame".into()))?;
     let n = u32::from_be_bytes(len) as usize;
     if n == 0 || n > MAX_BODY {
         return Err(WireError::Protocol(format!("frame length {n} out of range 1..=16MiB")));
     }
-    let mut buf = vec![0u8; n];
-    r.read_exact(&mut buf).await?;
-    decode_body(&buf).map(Some)
+    let mut buf = Vec::with_capacity(n.min(64 * 1024));
+    (&mut *r).take(n as u64).read_to_end(&mut buf).await?;
+    if buf.len() < n {
+        return Err(WireError::Protocol("stream ended inside a frame".into()));
+    }
+    decode_body(&buf)
 }
 
 /// Parses a frame body.
@@ -366,6 +395,26 @@ mod tests {
         assert!(matches!(read_frame(&mut junk).await, Err(WireError::Protocol(_))));
         let mut empty: &[u8] = &[];
         assert!(matches!(read_frame(&mut empty).await, Ok(None)));
+        let mut cut: &[u8] = &[0, 0, 0, 9, b'{'];
+        assert!(matches!(read_frame(&mut cut).await, Err(WireError::Protocol(_))));
+    }
+
+    #[tokio::test]
+    async fn an_endless_frame_times_out() {
+        let (mut a, b) = duplex(64);
+        let mut b = b;
+        // A length prefix of 1000 bytes, then only 3 of them, then silence.
+        a.write_all(&[0, 0, 0x03, 0xe8, b'{', b'"', b'v']).await.unwrap();
+        let r = read_frame_within(&mut b, Duration::from_millis(100)).await;
+        assert!(matches!(r, Err(WireError::Timeout)), "{r:?}");
+        drop(a);
+        // An idle connection is not a frame: only the started frame is timed.
+        let (a2, mut b2) = duplex(64);
+        let idle =
+            tokio::time::timeout(Duration::from_millis(200), read_frame_within(&mut b2, Duration::from_millis(50)))
+                .await;
+        assert!(idle.is_err(), "waiting for the first byte is not limited");
+        drop(a2);
     }
 
     async fn pair(

@@ -29,6 +29,69 @@ pub struct RaftGauges {
     pub voters: Gauge,
 }
 
+/// The abuse-limit counters (docs/deployment.md, "Limits"): what each limit refused or closed.
+/// Cheap to clone (every metric is shared); the peer port gets a clone.
+#[derive(Debug, Clone, Default)]
+pub struct LimitMetrics {
+    /// Client connections closed for not completing AUTH in `--handshake-timeout`.
+    pub client_handshake_timeouts: Counter,
+    /// Client connections refused for `--max-connections` (`E overloaded`).
+    pub client_connections_refused: Counter,
+    /// Client connections closed because `--max-write-buffer-bytes` of answers piled up unread.
+    pub write_buffer_overflows: Counter,
+    /// Open connections on the peer port (handshaking included).
+    pub peer_connections: Gauge,
+    /// Peer connections refused for `--max-peer-connections`.
+    pub peer_connections_refused: Counter,
+    /// Peer connections closed for not completing the handshake in `--peer-handshake-timeout`.
+    pub peer_handshake_timeouts: Counter,
+    /// Peer connections closed for a bad frame: out of range, not finished within `--peer-frame-timeout`, or not a message.
+    pub peer_bad_frames: Counter,
+}
+
+impl LimitMetrics {
+    fn register(&self, registry: &mut Registry) {
+        let c = |r: &mut Registry, name: &str, help: &str, m: &Counter| r.register(name, help, m.clone());
+        c(
+            registry,
+            "client_handshake_timeouts",
+            "Client connections closed by --handshake-timeout",
+            &self.client_handshake_timeouts,
+        );
+        c(
+            registry,
+            "client_connections_refused",
+            "Client connections refused by --max-connections",
+            &self.client_connections_refused,
+        );
+        c(
+            registry,
+            "write_buffer_overflows",
+            "Client connections closed because --max-write-buffer-bytes of answers were unread",
+            &self.write_buffer_overflows,
+        );
+        registry.register("peer_connections", "Open peer-port connections", self.peer_connections.clone());
+        c(
+            registry,
+            "peer_connections_refused",
+            "Peer connections refused by --max-peer-connections",
+            &self.peer_connections_refused,
+        );
+        c(
+            registry,
+            "peer_handshake_timeouts",
+            "Peer connections closed by --peer-handshake-timeout",
+            &self.peer_handshake_timeouts,
+        );
+        c(
+            registry,
+            "peer_bad_frames",
+            "Peer connections closed for an oversized, unfinished (--peer-frame-timeout) or malformed frame",
+            &self.peer_bad_frames,
+        );
+    }
+}
+
 /// Every metric of the server, each registered once in [`Metrics::encode`]'s registry.
 #[derive(Debug)]
 pub struct Metrics {
@@ -61,6 +124,8 @@ pub struct Metrics {
     pub serving: Gauge,
     /// Raft state; `Some` in cluster mode.
     pub raft: Option<RaftGauges>,
+    /// What the abuse limits refused or closed.
+    pub limits: LimitMetrics,
 }
 
 impl Default for Metrics {
@@ -114,6 +179,8 @@ impl Metrics {
             is_leader: gauge(&mut registry, "raft_is_leader", "1 if this node is the Raft leader"),
             voters: gauge(&mut registry, "raft_voters", "Voters in the membership"),
         });
+        let limits = LimitMetrics::default();
+        limits.register(&mut registry);
         Metrics {
             registry,
             grants,
@@ -130,6 +197,7 @@ impl Metrics {
             connections,
             serving,
             raft,
+            limits,
         }
     }
 
@@ -175,6 +243,9 @@ mod tests {
             "ticketing_grant_wait_seconds_bucket{le=\"5.0\"} 2",
             "ticketing_held_keys 4",
             "ticketing_raft_term 0",
+            "ticketing_write_buffer_overflows_total 0",
+            "ticketing_peer_connections 0",
+            "ticketing_peer_bad_frames_total 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }

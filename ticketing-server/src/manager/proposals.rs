@@ -47,7 +47,7 @@ impl Manager {
         let epoch = self.epoch;
         tokio::spawn(async move {
             let result = fut.await;
-            let _ = tx.send(Done { key, epoch, intent, result });
+            let _ = tx.send(Done { key, epoch, intent, result }).await;
         });
     }
 

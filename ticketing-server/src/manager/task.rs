@@ -17,6 +17,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
+/// Proposal outcomes waiting for the manager (docs/deployment.md, "Queues").
+const DONE_QUEUE: usize = 4096;
+
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Timer {
     Wait(WaiterId),
@@ -39,7 +42,7 @@ pub(super) struct Manager {
     pub(super) in_flight: usize,
     draining: bool,
     drained: Vec<oneshot::Sender<()>>,
-    pub(super) done_tx: mpsc::UnboundedSender<Done>,
+    pub(super) done_tx: mpsc::Sender<Done>,
 }
 
 /// Spawns the manager task reading `rx`.
@@ -50,7 +53,9 @@ pub(super) fn start(
     advertise: Addr,
     rx: mpsc::Receiver<ManagerRequest>,
 ) {
-    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    // Proposal outcomes; a proposal task waits for room (there is at most
+    // one proposal in flight per key, so this rarely fills).
+    let (done_tx, done_rx) = mpsc::channel(DONE_QUEUE);
     let leadership = replicator.leadership();
     let manager = Manager {
         replicator,
@@ -75,7 +80,7 @@ impl Manager {
     async fn run(
         mut self,
         mut rx: mpsc::Receiver<ManagerRequest>,
-        mut done_rx: mpsc::UnboundedReceiver<Done>,
+        mut done_rx: mpsc::Receiver<Done>,
         mut leadership: watch::Receiver<Leadership>,
     ) {
         let first = leadership.borrow_and_update().clone();
