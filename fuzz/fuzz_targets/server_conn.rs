@@ -27,7 +27,7 @@ fuzz_target!(|data: &[u8]| {
         let ctx = ConnContext {
             manager,
             leadership: replicator.leadership(),
-            client_tokens: Vec::new(),
+            client_tokens: Default::default(),
             advertise: me,
             max_pending: 1024,
         };

@@ -167,6 +167,9 @@ pub enum WireError {
     Refused(String),
     /// Timed out.
     Timeout,
+    /// The TLS handshake failed (a plain-TCP peer, or a certificate the
+    /// peer CA did not sign or that does not name the peer's host).
+    Tls(String),
 }
 
 impl fmt::Display for WireError {
@@ -177,6 +180,7 @@ impl fmt::Display for WireError {
             WireError::Protocol(e) => write!(f, "peer protocol violation: {e}"),
             WireError::Refused(e) => write!(f, "peer refused the handshake: E {e}"),
             WireError::Timeout => f.write_str("peer timed out"),
+            WireError::Tls(e) => write!(f, "peer TLS handshake failed: {e}"),
         }
     }
 }
@@ -253,11 +257,13 @@ fn domain_text(d: Option<DomainId>) -> String {
     d.map(|d| d.to_string()).unwrap_or_else(|| "-".to_owned())
 }
 
-/// Accepting side: greeting, AUTH check with the peer token, `OK <domain|-> <node_id> <smac>`.
+/// Accepting side: greeting, AUTH check with the peer tokens (any of them;
+/// none = the empty token), `OK <domain|-> <node_id> <smac>` with the
+/// matching one.
 pub async fn accept_handshake<R, W>(
     r: &mut R,
     w: &mut W,
-    token: &[u8],
+    tokens: &[Vec<u8>],
     own_id: NodeId,
     domain: Option<DomainId>,
     limit: Duration,
@@ -280,10 +286,13 @@ where
         let _ = w.write_all(b"E bad_frame\n").await;
         return Err(WireError::Protocol(format!("expected AUTH, got {:?}", String::from_utf8_lossy(&line))));
     };
-    if !auth::verify(token, Label::PeerClient, &snonce, &cnonce, &cmac) {
+    let empty = [Vec::new()];
+    let tokens = if tokens.is_empty() { &empty[..] } else { tokens };
+    let Some(token) = tokens.iter().find(|t| auth::verify(t, Label::PeerClient, &snonce, &cnonce, &cmac)) else {
         let _ = w.write_all(b"E auth_failed\n").await;
+        let _ = w.flush().await;
         return Err(WireError::Refused("auth_failed".into()));
-    }
+    };
     let smac = auth::mac(token, Label::PeerServer, &snonce, &cnonce);
     w.write_all(format!("OK {} {own_id} {}\n", domain_text(domain), smac.to_hex_string()).as_bytes()).await?;
     w.flush().await?;
@@ -379,7 +388,8 @@ mod tests {
         let (br, mut bw) = split(b);
         let server = tokio::spawn(async move {
             let mut ar = BufReader::new(ar);
-            accept_handshake(&mut ar, &mut aw, server_token, NodeId(99), server_domain, Duration::from_secs(2)).await
+            let tokens = [server_token.to_vec()];
+            accept_handshake(&mut ar, &mut aw, &tokens, NodeId(99), server_domain, Duration::from_secs(2)).await
         });
         let mut br = BufReader::new(br);
         let c = dial_handshake(&mut br, &mut bw, client_token, client_domain).await;
@@ -400,5 +410,22 @@ mod tests {
         assert_eq!(c, Err(WireError::Refused("auth_failed".into())));
         let (_, c) = pair(b"t", b"t", Some(DomainId(1)), Some(DomainId(2))).await;
         assert!(matches!(c, Err(WireError::Refused(e)) if e.starts_with("wrong_domain")));
+    }
+
+    #[tokio::test]
+    async fn during_a_rotation_both_tokens_are_accepted_and_the_proof_uses_the_match() {
+        for dialer in [&b"old"[..], b"new"] {
+            let (a, b) = duplex(4096);
+            let (ar, mut aw) = split(a);
+            let (br, mut bw) = split(b);
+            let server = tokio::spawn(async move {
+                let mut ar = BufReader::new(ar);
+                let tokens = [b"new".to_vec(), b"old".to_vec()];
+                accept_handshake(&mut ar, &mut aw, &tokens, NodeId(7), None, Duration::from_secs(2)).await
+            });
+            let mut br = BufReader::new(br);
+            assert_eq!(dial_handshake(&mut br, &mut bw, dialer, None).await, Ok((NodeId(7), None)));
+            assert_eq!(server.await.unwrap(), Ok(()));
+        }
     }
 }
