@@ -83,7 +83,9 @@ pub fn run(args: &GenCerts) -> Result<Vec<PathBuf>, String> {
     std::fs::create_dir_all(&args.dir).map_err(|e| fail(&format!("cannot create {}", args.dir.display()), e))?;
 
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(|e| fail("CA", e))?;
-    ca_params.distinguished_name.push(DnType::CommonName, "Ticketing test CA");
+    // A random suffix tells two test CAs apart (e.g. the old and the new one during a rotation).
+    let tag = rand_core::RngCore::next_u32(&mut rand_core::OsRng);
+    ca_params.distinguished_name.push(DnType::CommonName, format!("Ticketing test CA {tag:08x}"));
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
     let ca_key = KeyPair::generate().map_err(|e| fail("key generation", e))?;

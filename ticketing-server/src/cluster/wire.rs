@@ -274,7 +274,16 @@ where
 {
     let snonce = auth::nonce(&mut rand_core::OsRng);
     w.write_all(format!("TICKETING-PEER 1 {}\n", snonce.to_hex_string()).as_bytes()).await?;
-    let line = match tokio::time::timeout(limit, read_raw_line(r)).await {
+    let first_line = async {
+        // 0x16 opens a TLS handshake record: say so instead of waiting for an LF.
+        if r.fill_buf().await?.first() == Some(&0x16) {
+            return Err(WireError::Protocol(
+                "expected AUTH, got a TLS ClientHello: the peer uses --peer-tls-*, this node does not".into(),
+            ));
+        }
+        read_raw_line(r).await
+    };
+    let line = match tokio::time::timeout(limit, first_line).await {
         Ok(l) => l?,
         Err(_) => {
             let _ = w.write_all(b"E handshake_timeout\n").await;
@@ -284,7 +293,8 @@ where
     // The AUTH line of the client port's handshake, byte for byte.
     let Ok(Some((ClientFrame::Auth { cnonce, cmac }, _))) = decode_client(&line) else {
         let _ = w.write_all(b"E bad_frame\n").await;
-        return Err(WireError::Protocol(format!("expected AUTH, got {:?}", String::from_utf8_lossy(&line))));
+        let shown: String = line.iter().take(80).flat_map(|b| std::ascii::escape_default(*b)).map(char::from).collect();
+        return Err(WireError::Protocol(format!("expected AUTH, got \"{shown}\"")));
     };
     let empty = [Vec::new()];
     let tokens = if tokens.is_empty() { &empty[..] } else { tokens };
