@@ -194,11 +194,7 @@ impl Builder {
         let client_cert = match (self.tls_client_cert, self.tls_client_key) {
             (Some(cert), Some(key)) => Some(tls::ClientCert { cert, key }),
             (None, None) => None,
-            _ => {
-                return Err(Error::InvalidArgument(
-                    "tls client certificate and key must be given together".into(),
-                ))
-            }
+            _ => return Err(Error::InvalidArgument("tls client certificate and key must be given together".into())),
         };
         let tls = tls::client_config(&self.tls, client_cert.as_ref())?;
         if tls.is_some() {

@@ -91,9 +91,9 @@ pub(crate) fn client_config(tls: &Tls, client_cert: Option<&ClientCert>) -> Resu
     };
     let finish = |b: rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>| match &identity {
         None => Ok(b.with_no_client_auth()),
-        Some((certs, key)) => b.with_client_auth_cert(certs.clone(), key.clone_key()).map_err(|e| {
-            Error::InvalidArgument(format!("tls client certificate and key do not fit together: {e}"))
-        }),
+        Some((certs, key)) => b
+            .with_client_auth_cert(certs.clone(), key.clone_key())
+            .map_err(|e| Error::InvalidArgument(format!("tls client certificate and key do not fit together: {e}"))),
     };
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
@@ -215,7 +215,11 @@ mod tests {
         std::fs::write(&cert, ck.cert.pem()).unwrap();
         std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
         let id = ClientCert { cert: cert.clone(), key: key.clone() };
-        assert!(client_config(&Tls::InsecureSkipVerify, Some(&id)).unwrap().unwrap().client_auth_cert_resolver.has_certs());
+        assert!(client_config(&Tls::InsecureSkipVerify, Some(&id))
+            .unwrap()
+            .unwrap()
+            .client_auth_cert_resolver
+            .has_certs());
         let off = client_config(&Tls::Off, Some(&id)).unwrap_err();
         assert!(off.to_string().contains("tls is off"), "{off}");
         let swapped = ClientCert { cert: key.clone(), key: cert.clone() };
