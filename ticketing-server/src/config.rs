@@ -352,11 +352,7 @@ pub fn peer_tokens(file: Option<&Path>) -> Result<Vec<Vec<u8>>, ConfigError> {
             if lines.is_empty() || lines.len() > 2 {
                 return Err(invalid(
                     "--peer-token-file",
-                    format!(
-                        "{} must hold one token line (two during a rotation), got {}",
-                        path.display(),
-                        lines.len()
-                    ),
+                    format!("{} must hold one token line (two during a rotation), got {}", path.display(), lines.len()),
                 ));
             }
             Ok(lines)

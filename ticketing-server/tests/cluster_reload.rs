@@ -76,8 +76,9 @@ async fn sighup_rotates_peer_tokens_and_certificates_without_a_failed_request() 
     let ca = dir.join("peer-ca.pem");
     write(&ca, &old.pem("ca.pem"));
     let mut c = Cluster::new("cluster-reload", 3);
-    let files: Vec<(PathBuf, PathBuf, PathBuf)> =
-        (0..3).map(|i| (dir.join(format!("n{i}.pem")), dir.join(format!("n{i}-key.pem")), dir.join(format!("n{i}.token")))).collect();
+    let files: Vec<(PathBuf, PathBuf, PathBuf)> = (0..3)
+        .map(|i| (dir.join(format!("n{i}.pem")), dir.join(format!("n{i}-key.pem")), dir.join(format!("n{i}.token"))))
+        .collect();
     let p = |p: &Path| p.to_str().unwrap().to_owned();
     for (i, (cert, key, token)) in files.iter().enumerate() {
         write(cert, &old.pem(&format!("node{}.pem", i + 1)));
@@ -122,7 +123,9 @@ async fn sighup_rotates_peer_tokens_and_certificates_without_a_failed_request() 
     };
 
     // Peer token rotation, every node at each step.
-    for (n, text) in [(1, "old-peer-token\nnew-peer-token\n"), (2, "new-peer-token\nold-peer-token\n"), (3, "new-peer-token\n")] {
+    for (n, text) in
+        [(1, "old-peer-token\nnew-peer-token\n"), (2, "new-peer-token\nold-peer-token\n"), (3, "new-peer-token\n")]
+    {
         for (_, _, token) in &files {
             write(token, text);
         }

@@ -68,10 +68,14 @@ async fn mutual_tls_cluster_forms_fails_over_and_keeps_serving() {
     assert_ne!(new, leader);
     assert!(broker.wait_ready(Duration::from_secs(15)).await, "the client follows the new leader");
     for i in 0..5 {
-        let t = within(Duration::from_secs(20), "acquire after failover", broker.acquire_secs(&format!("f{i}"), 5.0, 10.0, 0.0))
-            .await
-            .unwrap()
-            .expect("granted by the new leader");
+        let t = within(
+            Duration::from_secs(20),
+            "acquire after failover",
+            broker.acquire_secs(&format!("f{i}"), 5.0, 10.0, 0.0),
+        )
+        .await
+        .unwrap()
+        .expect("granted by the new leader");
         assert!(t.token() > last, "tokens keep increasing across the failover");
         last = t.token();
         assert!(t.release().await.unwrap());

@@ -82,7 +82,9 @@ fn foreign_ca_plain_tcp_and_wrong_token_are_refused() {
     c.start(victim, false);
     never_joins(&c, victim, &others, Duration::from_secs(4));
     let refused_cert = others.iter().any(|&o| {
-        c.log(o).lines().any(|l| l.contains("peer refused: TLS handshake failed") && l.contains("invalid peer certificate"))
+        c.log(o)
+            .lines()
+            .any(|l| l.contains("peer refused: TLS handshake failed") && l.contains("invalid peer certificate"))
     });
     assert!(refused_cert, "a member logs the refused certificate:\n{}", c.log(others[0]));
 

@@ -87,8 +87,13 @@ async fn sighup_rotates_client_tokens_and_certificates_without_a_failed_request(
     let (old, new) = (Pki::new(), Pki::new());
     let dir: PathBuf = cluster_common::log_dir().join("reload");
     std::fs::create_dir_all(&dir).unwrap();
-    let (cert, key, client_ca, roots, tokens) =
-        (dir.join("cert.pem"), dir.join("key.pem"), dir.join("client-ca.pem"), dir.join("roots.pem"), dir.join("tokens"));
+    let (cert, key, client_ca, roots, tokens) = (
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+        dir.join("client-ca.pem"),
+        dir.join("roots.pem"),
+        dir.join("tokens"),
+    );
     write(&cert, &old.pem("node1.pem"));
     write(&key, &old.pem("node1-key.pem"));
     write(&client_ca, &old.pem("ca.pem"));

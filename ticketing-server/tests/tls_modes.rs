@@ -10,7 +10,8 @@ use ticketing_client::{Error, TicketBroker, Tls};
 use tls_common::Pki;
 
 fn tls_server(pki: &Pki, client_ca: Option<&str>) -> Server {
-    let mut args = vec!["--tls-cert".to_owned(), pki.path("node1.pem"), "--tls-key".to_owned(), pki.path("node1-key.pem")];
+    let mut args =
+        vec!["--tls-cert".to_owned(), pki.path("node1.pem"), "--tls-key".to_owned(), pki.path("node1-key.pem")];
     if let Some(ca) = client_ca {
         args.extend(["--tls-client-ca".to_owned(), ca.to_owned()]);
     }
@@ -44,8 +45,10 @@ async fn server_certificate_modes() {
     works(builder().tls(Tls::InsecureSkipVerify).build().unwrap()).await;
     // A client certificate the server does not ask for is harmless.
     let with_cert = builder().tls(Tls::CaFile(pki.path("ca.pem").into()));
-    works(with_cert.tls_client_cert(pki.path("client.pem")).tls_client_key(pki.path("client-key.pem")).build().unwrap())
-        .await;
+    works(
+        with_cert.tls_client_cert(pki.path("client.pem")).tls_client_key(pki.path("client-key.pem")).build().unwrap(),
+    )
+    .await;
     let why = refused(builder().tls(Tls::CaFile(other.path("ca.pem").into())).build().unwrap()).await;
     assert!(why.contains("tls handshake") && why.contains("certificate"), "{why}");
     // A plain client on a TLS port never completes the handshake.
@@ -59,8 +62,10 @@ async fn client_certificates_required() {
     let s = tls_server(&pki, Some(&pki.path("ca.pem")));
     let ca = || Tls::CaFile(pki.path("ca.pem").into());
     let builder = || TicketBroker::builder([s.addr.clone()]).tls(ca());
-    works(builder().tls_client_cert(pki.path("client.pem")).tls_client_key(pki.path("client-key.pem")).build().unwrap())
-        .await;
+    works(
+        builder().tls_client_cert(pki.path("client.pem")).tls_client_key(pki.path("client-key.pem")).build().unwrap(),
+    )
+    .await;
     // No client certificate, or one from another CA: refused by the server.
     refused(builder().build().unwrap()).await;
     let foreign = builder().tls_client_cert(other.path("client.pem")).tls_client_key(other.path("client-key.pem"));

@@ -22,8 +22,8 @@ pub mod wire;
 
 use crate::locks::{Command, LockState};
 use crate::reload::{Current, Material, PeerTokens};
-use crate::tls::PeerTls;
 use crate::replication::{Leadership, Proposal, ProposeError, Replicator};
+use crate::tls::PeerTls;
 use openraft::error::{ClientWriteError, Fatal, RaftError};
 use openraft::ServerState;
 use std::fmt;

@@ -14,10 +14,10 @@ use openraft::raft::{
 };
 use std::collections::HashMap;
 use std::fmt;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use std::net::SocketAddr;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
@@ -85,7 +85,8 @@ async fn serve_conn(stream: TcpStream, from: SocketAddr, node: Arc<Node>) -> Res
     let (r, mut w) = tokio::io::split(stream);
     let mut r = BufReader::new(r);
     let tokens = node.tokens.get();
-    let shaken = wire::accept_handshake(&mut r, &mut w, &tokens, node.id, node.domain(), ACCEPT_HANDSHAKE_TIMEOUT).await;
+    let shaken =
+        wire::accept_handshake(&mut r, &mut w, &tokens, node.id, node.domain(), ACCEPT_HANDSHAKE_TIMEOUT).await;
     drop(tokens);
     if let Err(e) = shaken {
         match &e {

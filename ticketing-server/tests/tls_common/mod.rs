@@ -15,8 +15,11 @@ impl Pki {
     /// A fresh CA with 3 node certificates and a client certificate.
     pub fn new() -> Pki {
         static N: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir()
-            .join(format!("ticketing-pki-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        let dir = std::env::temp_dir().join(format!(
+            "ticketing-pki-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         let args = ticketing_server::gencerts::GenCerts { dir: dir.clone(), nodes: 3, hosts: Vec::new() };
         ticketing_server::gencerts::run(&args).expect("gen-certs");
