@@ -330,14 +330,18 @@ async fn connection(
     };
     let (mut rd, mut wr) = tokio::io::split(stream);
     let io_read = io.clone();
+    // A read error is reported as the transport failure (`last_error`): with
+    // TLS 1.3 a server that refuses our client certificate says so only
+    // after our side of the handshake, as an alert on the first read.
     let reader = async move {
         let mut buf = vec![0u8; 4096];
         loop {
             match rd.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
+                Ok(0) => return None,
+                Err(e) => return Some(e),
                 Ok(n) => {
                     if io_read.send(Io::Data(conn, Bytes::copy_from_slice(&buf[..n]))).is_err() {
-                        break;
+                        return None;
                     }
                 }
             }
@@ -355,11 +359,18 @@ async fn connection(
         }
         let _ = wr.shutdown().await;
     };
-    tokio::select! {
-        _ = reader => {}
-        _ = writer => {}
+    let read_error = tokio::select! {
+        e = reader => e,
+        _ = writer => None,
+    };
+    match read_error {
+        Some(e) => {
+            let _ = io.send(Io::Failed(conn, format!("{addr}: {e}")));
+        }
+        None => {
+            let _ = io.send(Io::Lost(conn));
+        }
     }
-    let _ = io.send(Io::Lost(conn));
 }
 
 async fn open(addr: &str, tls: Option<Arc<ClientConfig>>) -> std::io::Result<Box<dyn Stream>> {
