@@ -67,9 +67,11 @@ async fn client_certificates_required() {
     )
     .await;
     // No client certificate, or one from another CA: refused by the server.
-    refused(builder().build().unwrap()).await;
+    let why = refused(builder().build().unwrap()).await;
+    assert!(why.contains("CertificateRequired"), "the server's alert is reported: {why}");
     let foreign = builder().tls_client_cert(other.path("client.pem")).tls_client_key(other.path("client-key.pem"));
-    refused(foreign.build().unwrap()).await;
+    let why = refused(foreign.build().unwrap()).await;
+    assert!(why.contains("alert"), "the server's alert is reported: {why}");
     // skip-verify still has to present a certificate.
     let skip = TicketBroker::builder([s.addr.clone()]).tls(Tls::InsecureSkipVerify);
     works(skip.tls_client_cert(pki.path("client.pem")).tls_client_key(pki.path("client-key.pem")).build().unwrap())
