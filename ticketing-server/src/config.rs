@@ -84,7 +84,14 @@ fn read(what: &'static str, path: &Path) -> Result<String, ConfigError> {
 /// or `-`). `None` = not given.
 #[derive(Debug, Default, Parser, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-#[command(name = "ticketing-server", version, about = "Ticketing: a distributed FIFO lock service with fencing tokens")]
+#[command(
+    name = "ticketing-server",
+    version,
+    about = "Ticketing: a distributed FIFO lock service with fencing tokens",
+    after_help = "SIGHUP re-reads the token files and every certificate, key and CA file.\n\
+                  Test certificates: ticketing-server gen-certs --dir DIR [--nodes N] [--hosts H1,H2,...] \
+                  (see gen-certs --help)."
+)]
 pub struct Cli {
     /// TOML file with any of the settings below (keys = flag names, `_` or `-`).
     #[arg(long, env = "TICKETING_CONFIG", value_name = "FILE")]
