@@ -26,6 +26,13 @@ export interface BrokerOptions {
    * `"insecure-skip-verify"` (tests only).
    */
   tls?: string | null
+  /**
+   * A client certificate (PEM file path) for a server that requires one
+   * (`--tls-client-ca`); with `tlsClientKey` and a TLS mode other than `"off"`.
+   */
+  tlsClientCert?: string | null
+  /** The private key (PEM file path) of `tlsClientCert`. */
+  tlsClientKey?: string | null
 }
 
 /** Options of `broker.acquire(…)`. */
@@ -56,8 +63,9 @@ export declare class TicketBroker implements AsyncDisposable {
    * A broker for `addrs` (`"host:port"`; every member of a cluster, also
    * the allowlist for leader hints), or a single address. Never blocks: it
    * connects in the background (see `waitReady`).
-   * @throws {TypeError} a non-string address, token or tls
-   * @throws {RangeError} a bad address or TLS option
+   * @throws {TypeError} a non-string address, token, tls or client certificate path
+   * @throws {RangeError} a bad address or TLS option, an unreadable client
+   *   certificate or key, or only one of them
    */
   constructor(addrs: string | readonly string[], options?: BrokerOptions)
 

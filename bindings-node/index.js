@@ -207,7 +207,7 @@ class TicketBroker {
   #native
 
   /**
-   * new TicketBroker(addrs, { token, tls }): addrs is an array of
+   * new TicketBroker(addrs, { token, tls, tlsClientCert, tlsClientKey }): addrs is an array of
    * "host:port" (all cluster members) or one string. Never blocks.
    */
   constructor(addrs, options) {
@@ -219,14 +219,21 @@ class TicketBroker {
     if (!Array.isArray(addrs) || !addrs.every((a) => typeof a === 'string')) {
       throw new TypeError(`addrs must be an array of "host:port" strings, got ${describe(addrs)}`)
     }
-    const { token, tls } = checkOptions('options', options)
+    const { token, tls, tlsClientCert, tlsClientKey } = checkOptions('options', options)
     if (token !== undefined && token !== null && typeof token !== 'string') {
       throw new TypeError(`token must be a string, got ${describe(token)}`)
     }
     if (tls !== undefined && tls !== null && typeof tls !== 'string') {
       throw new TypeError(`tls must be a string, got ${describe(tls)}`)
     }
-    this.#native = callSync(() => new native.NativeBroker(addrs, token ?? null, tls ?? null))
+    for (const [name, v] of [['tlsClientCert', tlsClientCert], ['tlsClientKey', tlsClientKey]]) {
+      if (v !== undefined && v !== null && typeof v !== 'string') {
+        throw new TypeError(`${name} must be a string path, got ${describe(v)}`)
+      }
+    }
+    this.#native = callSync(
+      () => new native.NativeBroker(addrs, token ?? null, tls ?? null, tlsClientCert ?? null, tlsClientKey ?? null),
+    )
   }
 
   /** A broker for one address; resolves once the first connection attempts settled. */

@@ -17,11 +17,12 @@ export declare class Canceller {
 /** A connection pool and router (wrapped by `TicketBroker` in index.js). */
 export declare class NativeBroker {
   /**
-   * A broker for `addrs` (`host:port`), an optional token and a TLS mode
-   * (`off`, `system-roots`, a CA file path, `insecure-skip-verify`).
+   * A broker for `addrs` (`host:port`), an optional token, a TLS mode
+   * (`off`, `system-roots`, a CA file path, `insecure-skip-verify`) and an
+   * optional client certificate and key (PEM file paths).
    * Starts connecting in the background; never blocks.
    */
-  constructor(addrs: Array<string>, token?: string | undefined | null, tls?: string | undefined | null)
+  constructor(addrs: Array<string>, token?: string | undefined | null, tls?: string | undefined | null, tlsClientCert?: string | undefined | null, tlsClientKey?: string | undefined | null)
   /**
    * A broker for one address; resolves once the first connection
    * attempts have settled (ready or failed, at most 5 s).

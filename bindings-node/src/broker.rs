@@ -58,15 +58,28 @@ pub struct NativeBroker {
 
 #[napi]
 impl NativeBroker {
-    /// A broker for `addrs` (`host:port`), an optional token and a TLS mode
-    /// (`off`, `system-roots`, a CA file path, `insecure-skip-verify`).
+    /// A broker for `addrs` (`host:port`), an optional token, a TLS mode
+    /// (`off`, `system-roots`, a CA file path, `insecure-skip-verify`) and an
+    /// optional client certificate and key (PEM file paths).
     /// Starts connecting in the background; never blocks.
     #[napi(constructor)]
-    pub fn new(addrs: Vec<String>, token: Option<String>, tls: Option<String>) -> napi::Result<Self> {
+    pub fn new(
+        addrs: Vec<String>,
+        token: Option<String>,
+        tls: Option<String>,
+        tls_client_cert: Option<String>,
+        tls_client_key: Option<String>,
+    ) -> napi::Result<Self> {
         let tls: Tls = tls.as_deref().unwrap_or("off").parse().map_err(client)?;
         let mut builder = TicketBroker::builder(addrs).tls(tls);
         if let Some(token) = token {
             builder = builder.token(token);
+        }
+        if let Some(cert) = tls_client_cert {
+            builder = builder.tls_client_cert(cert);
+        }
+        if let Some(key) = tls_client_key {
+            builder = builder.tls_client_key(key);
         }
         Ok(NativeBroker { inner: builder.build().map_err(client)? })
     }

@@ -239,4 +239,4 @@ async function deadAddr() {
   return `127.0.0.1:${await freePort()}`
 }
 
-module.exports = { Server, Cluster, within, sleep, key, runScript, deadAddr, adminGet, freePort, REPO, spawnSync, os }
+module.exports = { Server, Cluster, within, sleep, key, runScript, deadAddr, adminGet, freePort, REPO, spawnSync, os, serverBin }

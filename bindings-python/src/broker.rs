@@ -71,16 +71,30 @@ impl Broker {
     /// A broker for the given addresses (``host:port``; all members of a
     /// cluster), with an optional client token and a TLS mode: ``"off"``
     /// (default), ``"system-roots"``, a path to a CA file, or
-    /// ``"insecure-skip-verify"`` (tests only). Does not wait for a
+    /// ``"insecure-skip-verify"`` (tests only), and a client certificate and
+    /// key (PEM files) for a server that requires one. Does not wait for a
     /// connection; see ``wait_ready``.
     #[new]
-    #[pyo3(signature = (addrs, token=None, tls="off"))]
-    fn new(py: Python<'_>, addrs: Vec<String>, token: Option<String>, tls: &str) -> PyResult<Self> {
+    #[pyo3(signature = (addrs, token=None, tls="off", tls_client_cert=None, tls_client_key=None))]
+    fn new(
+        py: Python<'_>,
+        addrs: Vec<String>,
+        token: Option<String>,
+        tls: &str,
+        tls_client_cert: Option<std::path::PathBuf>,
+        tls_client_key: Option<std::path::PathBuf>,
+    ) -> PyResult<Self> {
         let tls: Tls = tls.parse().map_err(to_pyerr)?;
         let inner = py.detach(move || {
             let mut builder = TicketBroker::builder(addrs).tls(tls);
             if let Some(token) = token {
                 builder = builder.token(token);
+            }
+            if let Some(cert) = tls_client_cert {
+                builder = builder.tls_client_cert(cert);
+            }
+            if let Some(key) = tls_client_key {
+                builder = builder.tls_client_key(key);
             }
             builder.build()
         });

@@ -47,10 +47,18 @@ def _accepts(port: int) -> bool:
         return False
 
 
+def _bound(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
 class Server:
     """A running server process; ``addr`` is its client address."""
 
-    def __init__(self, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, extra_env: dict[str, str] | None = None, tls: bool = False) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TICKETING_")}
         env.setdefault("RUST_LOG", "warn")
         env.update(extra_env or {})
@@ -67,7 +75,8 @@ class Server:
             )
             deadline = time.monotonic() + 15
             while time.monotonic() < deadline and self.proc.poll() is None:
-                if _accepts(port):
+                # A TLS port sends no plain greeting: a bound port is enough there.
+                if _accepts(port) if not tls else _bound(port):
                     return
                 time.sleep(0.05)
             self._terminate()

@@ -21,13 +21,27 @@ pub(crate) struct Broker {
 }
 
 impl Broker {
-    /// `_build(addrs, token, tls)`: validates the options and starts the
-    /// driver; does not wait for a connection.
-    pub(crate) fn build(ruby: &Ruby, addrs: Vec<String>, token: Option<String>, tls: String) -> Result<Self, Error> {
+    /// `_build(addrs, token, tls, tls_client_cert, tls_client_key)`:
+    /// validates the options and starts the driver; does not wait for a
+    /// connection.
+    pub(crate) fn build(
+        ruby: &Ruby,
+        addrs: Vec<String>,
+        token: Option<String>,
+        tls: String,
+        tls_client_cert: Option<String>,
+        tls_client_key: Option<String>,
+    ) -> Result<Self, Error> {
         let tls: Tls = tls.parse().map_err(|e| to_rb(ruby, e))?;
         let mut builder = TicketBroker::builder(addrs).tls(tls);
         if let Some(token) = token {
             builder = builder.token(token);
+        }
+        if let Some(cert) = tls_client_cert {
+            builder = builder.tls_client_cert(cert);
+        }
+        if let Some(key) = tls_client_key {
+            builder = builder.tls_client_key(key);
         }
         Ok(Broker { inner: builder.build().map_err(|e| to_rb(ruby, e))? })
     }

@@ -31,7 +31,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
 
     let broker = module.define_class("TicketBroker", ruby.class_object())?;
     broker.undef_default_alloc_func();
-    broker.define_singleton_method("_build", function!(broker::Broker::build, 3))?;
+    broker.define_singleton_method("_build", function!(broker::Broker::build, 5))?;
     broker.define_singleton_method("_connect", function!(broker::Broker::connect, 1))?;
     broker.define_method("_wait_ready", method!(broker::Broker::wait_ready, 1))?;
     broker.define_method("_acquire", method!(broker::Broker::acquire, 4))?;

@@ -96,3 +96,37 @@ class TestTls < Minitest::Test
     end
   end
 end
+
+# `tls_client_cert:` / `tls_client_key:` against a server that requires
+# client certificates (`--tls-client-ca`); certificates from
+# `ticketing-server gen-certs`.
+class TestClientCertificates < Minitest::Test
+  def test_client_certificate_is_presented_and_required
+    Dir.mktmpdir("ticketing-mtls") do |dir|
+      out = IO.popen([TestHelper.server_bin, "gen-certs", "--dir", dir, "--nodes", "1"], err: %i[child out], &:read)
+      assert $?.success?, out
+      srv = TestServer.new(args: ["--tls-cert", File.join(dir, "node1.pem"), "--tls-key",
+                                  File.join(dir, "node1-key.pem"), "--tls-client-ca", File.join(dir, "ca.pem")])
+      begin
+        ca = File.join(dir, "ca.pem")
+        b = Ticketing::TicketBroker.new([srv.addr], tls: ca, tls_client_cert: File.join(dir, "client.pem"),
+                                                    tls_client_key: File.join(dir, "client-key.pem"))
+        assert b.wait_ready(10)
+        t = b.acquire(TestHelper.unique_key, 1, 10, 0)
+        assert_equal true, t.release
+        b.close
+        without = Ticketing::TicketBroker.new([srv.addr], tls: ca)
+        assert_equal false, without.wait_ready(1)
+        assert_raises(Ticketing::UnavailableError) { without.acquire(TestHelper.unique_key, 0, 10, 0) }
+        without.close
+        e = assert_raises(ArgumentError) do
+          Ticketing::TicketBroker.new([srv.addr], tls: ca, tls_client_cert: File.join(dir, "client.pem"))
+        end
+        assert_match(/together/, e.message)
+        assert_raises(TypeError) { Ticketing::TicketBroker.new([srv.addr], tls: ca, tls_client_cert: 1) }
+      ensure
+        srv.stop
+      end
+    end
+  end
+end

@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
+use ticketing_proto::auth::Secret;
 use ticketing_server::cluster::types::NodeId;
 use ticketing_server::cluster::wire::accept_handshake;
 
@@ -13,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
     rt.block_on(async {
         let mut r = data;
         let mut w = tokio::io::sink();
-        let res = accept_handshake(&mut r, &mut w, b"peer-secret", NodeId(42), None, Duration::from_secs(5)).await;
+        let res = accept_handshake(&mut r, &mut w, &[Secret::from("peer-secret")], NodeId(42), None, Duration::from_secs(5)).await;
         assert!(res.is_err(), "a handshake without the peer token succeeded");
     });
 });

@@ -27,9 +27,10 @@ fuzz_target!(|data: &[u8]| {
         let ctx = ConnContext {
             manager,
             leadership: replicator.leadership(),
-            client_tokens: Vec::new(),
+            client_tokens: Default::default(),
             advertise: me,
             max_pending: 1024,
+            max_write_buffer: 1 << 20,
         };
         let (mut client, server) = tokio::io::duplex(64 * 1024);
         let (_stop_tx, stop_rx) = tokio::sync::broadcast::channel(1);

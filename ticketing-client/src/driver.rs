@@ -356,15 +356,19 @@ async fn connection(
     };
     let (mut rd, mut wr) = tokio::io::split(stream);
     let io_read = io.clone();
+    // A read error is reported as the transport failure (`last_error`): with
+    // TLS 1.3 a server that refuses our client certificate says so only
+    // after our side of the handshake, as an alert on the first read.
     let reader = async move {
         let mut buf = vec![0u8; 4096];
         loop {
             match rd.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
+                Ok(0) => return None,
+                Err(e) => return Some(e),
                 Ok(n) => {
                     // Waits while the driver's input queue is full (back-pressure).
                     if io_read.send(Io::Data(conn, Bytes::copy_from_slice(&buf[..n]))).await.is_err() {
-                        break;
+                        return None;
                     }
                 }
             }
@@ -382,11 +386,18 @@ async fn connection(
         }
         let _ = wr.shutdown().await;
     };
-    tokio::select! {
-        _ = reader => {}
-        _ = writer => {}
+    let read_error = tokio::select! {
+        e = reader => e,
+        _ = writer => None,
+    };
+    match read_error {
+        Some(e) => {
+            let _ = io.send(Io::Failed(conn, format!("{addr}: {e}"))).await;
+        }
+        None => {
+            let _ = io.send(Io::Lost(conn)).await;
+        }
     }
-    let _ = io.send(Io::Lost(conn)).await;
 }
 
 async fn open(addr: &str, tls: Option<Arc<ClientConfig>>) -> std::io::Result<Box<dyn Stream>> {

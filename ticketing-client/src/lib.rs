@@ -52,6 +52,7 @@ use driver::Cmd;
 use rustls::ClientConfig;
 use std::fmt;
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -168,6 +169,8 @@ pub struct Builder {
     /// `Debug` prints it redacted.
     token: ticketing_proto::auth::Secret,
     tls: Tls,
+    tls_client_cert: Option<PathBuf>,
+    tls_client_key: Option<PathBuf>,
 }
 
 impl Builder {
@@ -183,13 +186,33 @@ impl Builder {
         self
     }
 
+    /// A client certificate chain (PEM file) to present to a server that
+    /// requires one (`--tls-client-ca`); needs [`Builder::tls_client_key`]
+    /// and a TLS mode other than [`Tls::Off`] (else `build` fails with
+    /// [`Error::InvalidArgument`]).
+    pub fn tls_client_cert(mut self, cert: impl Into<PathBuf>) -> Builder {
+        self.tls_client_cert = Some(cert.into());
+        self
+    }
+
+    /// The private key (PEM file) of [`Builder::tls_client_cert`].
+    pub fn tls_client_key(mut self, key: impl Into<PathBuf>) -> Builder {
+        self.tls_client_key = Some(key.into());
+        self
+    }
+
     /// Validates the options and starts the driver on the process-wide
     /// runtime (connections start at once; this does not wait for them).
     /// Works from inside or outside any tokio runtime.
     pub fn build(self) -> Result<TicketBroker> {
         let config = BrokerConfig::new(self.addrs, self.token.expose());
         config.validate().map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        let tls = tls::client_config(&self.tls)?;
+        let client_cert = match (self.tls_client_cert, self.tls_client_key) {
+            (Some(cert), Some(key)) => Some(tls::ClientCert { cert, key }),
+            (None, None) => None,
+            _ => return Err(Error::InvalidArgument("tls client certificate and key must be given together".into())),
+        };
+        let tls = tls::client_config(&self.tls, client_cert.as_ref())?;
         if tls.is_some() {
             for a in &config.addrs {
                 tls::server_name(a)?;
@@ -277,7 +300,13 @@ impl TicketBroker {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        Builder { addrs: addrs.into_iter().map(Into::into).collect(), token: Default::default(), tls: Tls::Off }
+        Builder {
+            addrs: addrs.into_iter().map(Into::into).collect(),
+            token: Default::default(),
+            tls: Tls::Off,
+            tls_client_cert: None,
+            tls_client_key: None,
+        }
     }
 
     /// Waits until a request can be routed (a ready leader connection), at

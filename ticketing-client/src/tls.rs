@@ -1,12 +1,14 @@
 //! TLS modes (docs/client.md, Rust API): off, system roots, a CA file, or no verification
 //! (tests only). TLS wraps the stream from its first byte (docs/protocol.md §1).
+//! With TLS on, a client certificate and key (PEM files) can be presented to
+//! a server that requires one (`--tls-client-ca`, docs/security.md).
 
 use crate::error::{Error, Result};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -49,9 +51,50 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The rustls configuration for `tls` (`None` when TLS is off). Reads the
-/// CA file or the system store now, so a bad option fails at build time.
-pub(crate) fn client_config(tls: &Tls) -> Result<Option<Arc<ClientConfig>>> {
+/// A client certificate chain and its private key (PEM files).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClientCert {
+    pub(crate) cert: PathBuf,
+    pub(crate) key: PathBuf,
+}
+
+/// The client certificate chain and key of `id`, read now.
+fn identity(id: &ClientCert) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+    let bad = |what: &str, p: &Path, e: &dyn std::fmt::Display| {
+        Error::InvalidArgument(format!("tls client {what} {}: {e}", p.display()))
+    };
+    let certs = CertificateDer::pem_file_iter(&id.cert)
+        .and_then(|c| c.collect::<std::result::Result<Vec<_>, _>>())
+        .map_err(|e| bad("certificate", &id.cert, &format!("{e:?}")))?;
+    if certs.is_empty() {
+        return Err(bad("certificate", &id.cert, &"no PEM certificate found"));
+    }
+    let key = PrivateKeyDer::from_pem_file(&id.key).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound => bad("key", &id.key, &"no PEM private key found"),
+        e => bad("key", &id.key, &format!("{e:?}")),
+    })?;
+    Ok((certs, key))
+}
+
+/// The rustls configuration for `tls` (`None` when TLS is off), presenting
+/// `client_cert` when given. Reads the CA file, the system store and the
+/// client certificate now, so a bad option fails at build time.
+pub(crate) fn client_config(tls: &Tls, client_cert: Option<&ClientCert>) -> Result<Option<Arc<ClientConfig>>> {
+    let identity = match client_cert {
+        Some(_) if *tls == Tls::Off => {
+            return Err(Error::InvalidArgument(
+                "tls client certificate given but tls is off: choose a TLS mode too".into(),
+            ))
+        }
+        Some(id) => Some(identity(id)?),
+        None => None,
+    };
+    let finish = |b: rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>| match &identity {
+        None => Ok(b.with_no_client_auth()),
+        Some((certs, key)) => b
+            .with_client_auth_cert(certs.clone(), key.clone_key())
+            .map_err(|e| Error::InvalidArgument(format!("tls client certificate and key do not fit together: {e}"))),
+    };
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| Error::InvalidArgument(format!("tls: {e}")))?;
@@ -68,7 +111,7 @@ pub(crate) fn client_config(tls: &Tls) -> Result<Option<Arc<ClientConfig>>> {
                     "tls system-roots: no usable certificate in the system store".into(),
                 ));
             }
-            builder.with_root_certificates(roots).with_no_client_auth()
+            finish(builder.with_root_certificates(roots))?
         }
         Tls::CaFile(path) => {
             let pem = std::fs::read(path)
@@ -84,10 +127,10 @@ pub(crate) fn client_config(tls: &Tls) -> Result<Option<Arc<ClientConfig>>> {
                     path.display()
                 )));
             }
-            builder.with_root_certificates(roots).with_no_client_auth()
+            finish(builder.with_root_certificates(roots))?
         }
         Tls::InsecureSkipVerify => {
-            builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerify(provider()))).with_no_client_auth()
+            finish(builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerify(provider()))))?
         }
     };
     Ok(Some(Arc::new(config)))
@@ -154,12 +197,36 @@ mod tests {
 
     #[test]
     fn configs() {
-        assert!(client_config(&Tls::Off).unwrap().is_none());
-        assert!(client_config(&Tls::InsecureSkipVerify).unwrap().is_some());
-        let missing = client_config(&Tls::CaFile("/nonexistent/ca.pem".into())).unwrap_err();
+        assert!(client_config(&Tls::Off, None).unwrap().is_none());
+        assert!(client_config(&Tls::InsecureSkipVerify, None).unwrap().is_some());
+        let missing = client_config(&Tls::CaFile("/nonexistent/ca.pem".into()), None).unwrap_err();
         assert_eq!(missing.code(), "invalid_argument");
         assert!(server_name("127.0.0.1:5225").is_ok());
         assert!(server_name("[::1]:5225").is_ok());
         assert!(server_name("example.com:5225").is_ok());
+    }
+
+    #[test]
+    fn client_certificates() {
+        let dir = std::env::temp_dir().join(format!("ticketing-client-cert-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ck = rcgen::generate_simple_self_signed(vec!["client".to_owned()]).unwrap();
+        let (cert, key) = (dir.join("c.pem"), dir.join("k.pem"));
+        std::fs::write(&cert, ck.cert.pem()).unwrap();
+        std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
+        let id = ClientCert { cert: cert.clone(), key: key.clone() };
+        assert!(client_config(&Tls::InsecureSkipVerify, Some(&id))
+            .unwrap()
+            .unwrap()
+            .client_auth_cert_resolver
+            .has_certs());
+        let off = client_config(&Tls::Off, Some(&id)).unwrap_err();
+        assert!(off.to_string().contains("tls is off"), "{off}");
+        let swapped = ClientCert { cert: key.clone(), key: cert.clone() };
+        let e = client_config(&Tls::InsecureSkipVerify, Some(&swapped)).unwrap_err();
+        assert_eq!(e.code(), "invalid_argument");
+        let missing = ClientCert { cert: dir.join("none.pem"), key };
+        assert!(client_config(&Tls::InsecureSkipVerify, Some(&missing)).unwrap_err().to_string().contains("none.pem"));
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

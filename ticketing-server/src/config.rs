@@ -85,7 +85,14 @@ fn read(what: &'static str, path: &Path) -> Result<String, ConfigError> {
 /// or `-`). `None` = not given.
 #[derive(Debug, Default, Parser, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-#[command(name = "ticketing-server", version, about = "Ticketing: a distributed FIFO lock service with fencing tokens")]
+#[command(
+    name = "ticketing-server",
+    version,
+    about = "Ticketing: a distributed FIFO lock service with fencing tokens",
+    after_help = "SIGHUP re-reads the token files and every certificate, key and CA file.\n\
+                  Test certificates: ticketing-server gen-certs --dir DIR [--nodes N] [--hosts H1,H2,...] \
+                  (see gen-certs --help)."
+)]
 pub struct Cli {
     /// TOML file with any of the settings below (keys = flag names, `_` or `-`).
     #[arg(long, env = "TICKETING_CONFIG", value_name = "FILE")]
@@ -111,7 +118,7 @@ pub struct Cli {
     /// File with the accepted client tokens, one per line (also env TICKETING_CLIENT_TOKENS, comma separated).
     #[arg(long, env = "TICKETING_CLIENT_TOKENS_FILE", value_name = "FILE")]
     pub client_tokens_file: Option<PathBuf>,
-    /// File with the peer token (or env TICKETING_PEER_TOKEN).
+    /// File with the peer token (or env TICKETING_PEER_TOKEN); during a rotation two lines: the first is sent, both are accepted.
     #[arg(long, env = "TICKETING_PEER_TOKEN_FILE", value_name = "FILE")]
     pub peer_token_file: Option<PathBuf>,
     /// PEM certificate chain: TLS on the client port (with --tls-key).
@@ -120,7 +127,16 @@ pub struct Cli {
     /// PEM private key for --tls-cert.
     #[arg(long, env = "TICKETING_TLS_KEY", value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
-    /// CA file: TLS between peers.
+    /// CA file (PEM): clients must present a certificate it signed (mutual TLS on the client port; needs --tls-cert).
+    #[arg(long, env = "TICKETING_TLS_CLIENT_CA", value_name = "FILE")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// PEM certificate chain of this node on the peer port (mutual TLS between peers: with --peer-tls-key and --peer-tls-ca).
+    #[arg(long, env = "TICKETING_PEER_TLS_CERT", value_name = "FILE")]
+    pub peer_tls_cert: Option<PathBuf>,
+    /// PEM private key for --peer-tls-cert.
+    #[arg(long, env = "TICKETING_PEER_TLS_KEY", value_name = "FILE")]
+    pub peer_tls_key: Option<PathBuf>,
+    /// CA file (PEM) that signed every peer's certificate (mutual TLS between peers).
     #[arg(long, env = "TICKETING_PEER_TLS_CA", value_name = "FILE")]
     pub peer_tls_ca: Option<PathBuf>,
     /// Admin HTTP address (/metrics, /healthz, /status, /locks/<key>).
@@ -260,13 +276,22 @@ pub struct Config {
     pub client_tokens: Vec<Secret>,
     /// The `--client-tokens-file` the tokens were read from, if any.
     pub client_tokens_file: Option<PathBuf>,
-    /// The peer token (cluster mode).
-    pub peer_token: Option<Secret>,
+    /// The peer tokens (cluster mode): the first is sent when dialing, any
+    /// is accepted; empty = the empty token. `Debug` prints them redacted.
+    pub peer_tokens: Vec<Secret>,
+    /// The `--peer-token-file` the peer tokens were read from, if any.
+    pub peer_token_file: Option<PathBuf>,
     /// TLS certificate chain for the client port.
     pub tls_cert: Option<PathBuf>,
     /// TLS private key for the client port.
     pub tls_key: Option<PathBuf>,
-    /// CA for TLS between peers.
+    /// CA of the client certificates (mutual TLS on the client port).
+    pub tls_client_ca: Option<PathBuf>,
+    /// This node's certificate on the peer port (mutual TLS between peers).
+    pub peer_tls_cert: Option<PathBuf>,
+    /// The key of `peer_tls_cert`.
+    pub peer_tls_key: Option<PathBuf>,
+    /// The CA of every peer's certificate.
     pub peer_tls_ca: Option<PathBuf>,
     /// Admin HTTP address.
     pub admin_listen: Option<String>,
@@ -297,9 +322,13 @@ impl Default for Config {
             bootstrap: false,
             client_tokens: Vec::new(),
             client_tokens_file: None,
-            peer_token: None,
+            peer_tokens: Vec::new(),
+            peer_token_file: None,
             tls_cert: None,
             tls_key: None,
+            tls_client_ca: None,
+            peer_tls_cert: None,
+            peer_tls_key: None,
             peer_tls_ca: None,
             admin_listen: None,
             limits: Limits::default(),
@@ -335,6 +364,51 @@ fn seconds(setting: &'static str, given: Option<f64>, default: Duration) -> Resu
         None => Ok(default),
         Some(s) if s.is_finite() && s > 0.0 && s <= 3600.0 => Ok(Duration::from_secs_f64(s)),
         Some(s) => Err(invalid(setting, format!("must be a number of seconds in (0, 3600], got {s}"))),
+    }
+}
+
+/// The client tokens: the lines of `file` (if given), then the
+/// comma-separated `TICKETING_CLIENT_TOKENS`, duplicates removed. Read at
+/// start and on every reload.
+pub fn client_tokens(file: Option<&Path>) -> Result<Vec<Secret>, ConfigError> {
+    let mut client_tokens = Vec::new();
+    if let Some(path) = file {
+        client_tokens.extend(read_token_lines(path)?);
+    }
+    if let Some(inline) = env_var("TICKETING_CLIENT_TOKENS")?.map(zeroize::Zeroizing::new) {
+        client_tokens.extend(inline.split(',').map(str::trim).filter(|t| !t.is_empty()).map(Secret::from));
+    }
+    // Duplicates dropped (Secret compares in constant time).
+    let mut unique: Vec<Secret> = Vec::with_capacity(client_tokens.len());
+    for t in client_tokens {
+        if !unique.contains(&t) {
+            unique.push(t);
+        }
+    }
+    Ok(unique)
+}
+
+/// The peer tokens: the lines of `file` (one, or during a rotation two: the
+/// first is sent, every line is accepted), else `TICKETING_PEER_TOKEN`.
+/// Read at start and on every reload.
+pub fn peer_tokens(file: Option<&Path>) -> Result<Vec<Secret>, ConfigError> {
+    match file {
+        Some(path) => {
+            let lines = read_token_lines(path)?;
+            if lines.is_empty() || lines.len() > 2 {
+                return Err(invalid(
+                    "--peer-token-file",
+                    format!("{} must hold one token line (two during a rotation), got {}", path.display(), lines.len()),
+                ));
+            }
+            Ok(lines)
+        }
+        None => Ok(env_var("TICKETING_PEER_TOKEN")?
+            .map(zeroize::Zeroizing::new)
+            .map(|t| Secret::from(t.trim()))
+            .filter(|t| !t.is_empty())
+            .into_iter()
+            .collect()),
     }
 }
 
@@ -421,46 +495,27 @@ impl Config {
             return Err(invalid("--bootstrap", "needs --peers (cluster mode)"));
         }
 
-        let mut client_tokens = Vec::new();
         let client_tokens_file = cli.client_tokens_file;
-        if let Some(path) = &client_tokens_file {
-            client_tokens.extend(read_token_lines(path)?);
-        }
-        if let Some(inline) = env_var("TICKETING_CLIENT_TOKENS")?.map(zeroize::Zeroizing::new) {
-            client_tokens.extend(inline.split(',').map(str::trim).filter(|t| !t.is_empty()).map(Secret::from));
-        }
-        // Duplicates dropped (Secret compares in constant time).
-        let mut unique: Vec<Secret> = Vec::with_capacity(client_tokens.len());
-        for t in client_tokens {
-            if !unique.contains(&t) {
-                unique.push(t);
-            }
-        }
-        let client_tokens = unique;
-
-        let peer_token = match cli.peer_token_file {
-            Some(path) => {
-                let lines = read_token_lines(&path)?;
-                match lines.as_slice() {
-                    [one] => Some(one.clone()),
-                    _ => {
-                        return Err(invalid(
-                            "--peer-token-file",
-                            format!("{} must hold exactly one non-empty line", path.display()),
-                        ))
-                    }
-                }
-            }
-            None => env_var("TICKETING_PEER_TOKEN")?
-                .map(zeroize::Zeroizing::new)
-                .map(|t| Secret::from(t.trim()))
-                .filter(|t| !t.is_empty()),
-        };
+        let client_tokens = client_tokens(client_tokens_file.as_deref())?;
+        let peer_token_file = cli.peer_token_file;
+        let peer_tokens = peer_tokens(peer_token_file.as_deref())?;
 
         let tls_cert = cli.tls_cert;
         let tls_key = cli.tls_key;
         if tls_cert.is_some() != tls_key.is_some() {
             return Err(invalid("--tls-cert", "--tls-cert and --tls-key must be given together"));
+        }
+        let tls_client_ca = cli.tls_client_ca;
+        if tls_client_ca.is_some() && tls_cert.is_none() {
+            return Err(invalid("--tls-client-ca", "client certificates need TLS on the client port (--tls-cert)"));
+        }
+        let (peer_tls_cert, peer_tls_key, peer_tls_ca) = (cli.peer_tls_cert, cli.peer_tls_key, cli.peer_tls_ca);
+        let given = [peer_tls_cert.is_some(), peer_tls_key.is_some(), peer_tls_ca.is_some()];
+        if given.iter().any(|g| *g) && !given.iter().all(|g| *g) {
+            return Err(invalid(
+                "--peer-tls-cert",
+                "mutual TLS between peers needs all three of --peer-tls-cert, --peer-tls-key and --peer-tls-ca (or none)",
+            ));
         }
 
         let limits = Limits {
@@ -520,12 +575,8 @@ impl Config {
         }
 
         let peer_listen = cli.peer_listen;
-        let peer_tls_ca = cli.peer_tls_ca;
         if !peers.is_empty() && peer_listen.is_none() {
             return Err(invalid("--peer-listen", "cluster mode (--peers) needs --peer-listen"));
-        }
-        if peer_tls_ca.is_some() {
-            return Err(invalid("--peer-tls-ca", "TLS between peers is not supported by this build"));
         }
         let admin_listen = cli.admin_listen;
         check_address("--listen", &listen)?;
@@ -543,9 +594,13 @@ impl Config {
             bootstrap,
             client_tokens,
             client_tokens_file,
-            peer_token,
+            peer_tokens,
+            peer_token_file,
             tls_cert,
             tls_key,
+            tls_client_ca,
+            peer_tls_cert,
+            peer_tls_key,
             peer_tls_ca,
             admin_listen,
             limits,
@@ -652,6 +707,13 @@ mod tests {
         assert!(!debug.contains("zq-secret") && !debug.contains("122, 113"), "{debug}");
         assert!(debug.contains("Secret(<redacted>)"), "{debug}");
         assert!(Config::resolve(cli(&["--client-tokens-file", "/nonexistent/tokens"])).is_err());
+        let two = tmp("peer-two", "new\nold\n");
+        let c = Config::resolve(cli(&["--peer-token-file", two.to_str().unwrap()])).unwrap();
+        assert_eq!(c.peer_tokens, vec![Secret::from("new"), Secret::from("old")]);
+        let three = tmp("peer-three", "a\nb\nc\n");
+        assert!(Config::resolve(cli(&["--peer-token-file", three.to_str().unwrap()])).is_err());
+        let none = tmp("peer-none", "\n");
+        assert!(Config::resolve(cli(&["--peer-token-file", none.to_str().unwrap()])).is_err());
     }
 
     #[test]
@@ -659,6 +721,17 @@ mod tests {
         assert!(Config::resolve(cli(&["--handshake-timeout", "0"])).is_err());
         assert!(Config::resolve(cli(&["--handshake-timeout", "NaN"])).is_err());
         assert!(Config::resolve(cli(&["--tls-cert", "x"])).is_err());
+        assert!(Config::resolve(cli(&["--tls-client-ca", "x"])).is_err(), "client CA without --tls-cert");
+        for partial in [
+            &["--peer-tls-cert", "c"][..],
+            &["--peer-tls-key", "k", "--peer-tls-ca", "a"],
+            &["--peer-tls-cert", "c", "--peer-tls-ca", "a"],
+        ] {
+            let e = Config::resolve(cli(partial)).unwrap_err();
+            assert!(e.to_string().contains("all three"), "{e}");
+        }
+        let all = ["--peer-tls-cert", "c", "--peer-tls-key", "k", "--peer-tls-ca", "a"];
+        assert_eq!(Config::resolve(cli(&all)).unwrap().peer_tls_ca, Some(PathBuf::from("a")));
         assert!(Config::resolve(cli(&["--advertise", "a b"])).is_err());
         assert!(matches!(
             Config::resolve(cli(&["--listen", "nonsense"])),

@@ -42,8 +42,8 @@ pub struct ConnContext {
     pub manager: ManagerHandle,
     /// This node's view of leadership.
     pub leadership: watch::Receiver<Leadership>,
-    /// Accepted client tokens; empty = auth off.
-    pub client_tokens: Vec<ticketing_proto::auth::Secret>,
+    /// Accepted client tokens; empty = auth off. Replaced on reload (SIGHUP): each AUTH checks the current list.
+    pub client_tokens: std::sync::Arc<crate::reload::Current<Vec<ticketing_proto::auth::Secret>>>,
     /// This node's client address as announced in `M`/`L`.
     pub advertise: Addr,
     /// In-flight requests allowed per connection.
@@ -347,8 +347,8 @@ impl ClientConn<'_> {
     }
 
     async fn on_auth(&mut self, cnonce: Hex32, cmac: Hex32) -> Option<End> {
-        let tokens = &self.ctx.client_tokens;
-        let Some(which) = auth::check_client(tokens, Label::Client, &self.snonce, &cnonce, &cmac) else {
+        let tokens = self.ctx.client_tokens.get();
+        let Some(which) = auth::check_client(&tokens, Label::Client, &self.snonce, &cnonce, &cmac) else {
             debug!("auth failed");
             return Some(End::Fatal(ServerFrame::error(ErrorCode::AuthFailed)));
         };

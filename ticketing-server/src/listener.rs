@@ -5,6 +5,7 @@
 
 use crate::conn::{self, ConnContext, ConnGauge};
 use crate::manager::ConnId;
+use crate::reload::ClientTls;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
@@ -22,8 +23,8 @@ pub struct Listener {
     pub listener: TcpListener,
     /// One permit per allowed connection (`--max-connections`).
     pub limit: Arc<Semaphore>,
-    /// TLS on the client port, if configured.
-    pub tls: Option<TlsAcceptor>,
+    /// TLS on the client port, if configured (replaced on reload: each accept takes the current one).
+    pub tls: Arc<ClientTls>,
     /// Dropped (closed) when the server shuts down.
     pub notify_shutdown: broadcast::Sender<()>,
     /// Cloned into every connection task; the server waits until all are dropped.
@@ -54,7 +55,7 @@ impl Listener {
             next_id += 1;
             let id = ConnId(next_id);
             let deadline = Instant::now() + self.handshake_timeout;
-            let tls = self.tls.clone();
+            let tls = self.tls.acceptor();
             let Ok(permit) = self.limit.clone().try_acquire_owned() else {
                 debug!(%peer, "connection limit reached");
                 self.ctx.manager.metrics().limits.client_connections_refused.inc();

@@ -1,5 +1,7 @@
 //! `ticketing-server`: parse the configuration, bind, serve until SIGTERM or
 //! SIGINT, shut down gracefully and exit 0. Configuration errors exit 2.
+//! SIGHUP re-reads the tokens and certificates (docs/security.md, "Rotation").
+//! `ticketing-server gen-certs` writes test certificates instead.
 
 #![forbid(unsafe_code)]
 
@@ -11,6 +13,9 @@ use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
+    if std::env::args_os().nth(1).is_some_and(|a| a == "gen-certs") {
+        return gen_certs();
+    }
     let config = match Config::load() {
         Ok(c) => c,
         Err(e) => {
@@ -33,6 +38,8 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         // Signal handlers first, so a SIGTERM right after the ready line is handled.
         let shutdown = shutdown_signal()?;
+        let reload = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            .map_err(|e| anyhow::anyhow!("cannot handle SIGHUP: {e}"))?;
         let listener = TcpListener::bind(&config.listen)
             .await
             .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", config.listen))?;
@@ -40,7 +47,7 @@ fn main() -> ExitCode {
         // One line on stdout when ready (scripts and tests wait for it).
         println!("ticketing-server listening on {local}");
         let _ = std::io::stdout().flush();
-        server::run(config, listener, shutdown).await
+        server::run_reloading(config, listener, shutdown, Some(reload)).await
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
@@ -53,6 +60,24 @@ fn main() -> ExitCode {
             } else {
                 ExitCode::FAILURE
             }
+        }
+    }
+}
+
+/// `ticketing-server gen-certs …`: writes test certificates; usage errors exit 2.
+fn gen_certs() -> ExitCode {
+    use clap::Parser;
+    let args = ticketing_server::gencerts::GenCerts::parse_from(std::env::args_os().skip(1));
+    match ticketing_server::gencerts::run(&args) {
+        Ok(files) => {
+            for f in files {
+                println!("wrote {}", f.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("ticketing-server gen-certs: {e}");
+            ExitCode::from(2)
         }
     }
 }

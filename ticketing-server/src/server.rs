@@ -4,22 +4,19 @@
 //! every connection, wait (bounded) for the connections to close.
 
 use crate::cluster::{self, ClusterError};
-use crate::config::{Config, ConfigError};
+use crate::config::Config;
 use crate::conn::ConnContext;
 use crate::listener::Listener;
 use crate::manager::{self, ManagerHandle, Metrics};
+use crate::reload::Material;
 use crate::replication::{Replicator, Standalone};
-use anyhow::{anyhow, bail, Context, Result};
-use rustls::pki_types::pem::{self, PemObject};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use anyhow::{anyhow, Context, Result};
 use std::future::Future;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use ticketing_proto::Addr;
 use tokio::net::TcpListener;
 use tokio::sync::{broadcast, mpsc, Semaphore};
-use tokio_rustls::TlsAcceptor;
 use tracing::{info, warn};
 
 /// How long shutdown waits for in-flight proposals.
@@ -40,14 +37,16 @@ pub fn advertise_addr(config: &Config, listener: &TcpListener) -> Result<Addr> {
 }
 
 /// THE ONE SEAM for cluster mode: builds the openraft-backed [`Replicator`]
-/// (peer port, Raft, bootstrap or join) announcing `advertise` to clients.
-/// `metrics`: where the peer port counts what its limits refuse.
+/// (peer port, Raft, bootstrap or join) announcing `advertise` to clients,
+/// with the peer tokens and peer TLS of `material`. `metrics`: where the
+/// peer port counts what its limits refuse.
 pub async fn cluster_replicator(
     config: &Config,
     advertise: &Addr,
+    material: &Material,
     metrics: &Metrics,
 ) -> Result<cluster::Started, ClusterError> {
-    let mut cc = cluster::ClusterConfig::from_config(config, advertise.clone());
+    let mut cc = cluster::ClusterConfig::from_config(config, advertise.clone(), material);
     cc.limits.metrics = metrics.limits.clone();
     cluster::start(cc).await
 }
@@ -57,12 +56,24 @@ pub async fn cluster_replicator(
 /// mode otherwise. A refused `--bootstrap` shuts down the same way and is
 /// returned as the error.
 pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future) -> Result<()> {
+    run_reloading(config, listener, shutdown, None).await
+}
+
+/// [`run`], and every value `reload` yields re-reads the tokens and
+/// certificates ([`Material::reload`]; the binary feeds it SIGHUP).
+pub async fn run_reloading(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future,
+    reload: Option<tokio::signal::unix::Signal>,
+) -> Result<()> {
     let advertise = advertise_addr(&config, &listener)?;
     let metrics = Arc::new(Metrics::new(!config.is_standalone()));
+    let material = Arc::new(Material::load(&config)?);
     let (replicator, cluster, failed): (Arc<dyn Replicator>, _, _) = if config.is_standalone() {
         (Arc::new(Standalone::new(advertise.clone())), None, None)
     } else {
-        let started = cluster_replicator(&config, &advertise, &metrics).await?;
+        let started = cluster_replicator(&config, &advertise, &material, &metrics).await?;
         (started.replicator.clone(), Some(started.replicator), Some(started.failed))
     };
     // Stops on the signal, or with the error of a refused bootstrap.
@@ -82,7 +93,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future) -
             e = failed => Some(e),
         }
     };
-    let manager = manager::spawn(replicator.clone(), config.limits.clone(), metrics, advertise.clone());
+    let manager = manager::spawn(replicator.clone(), config.limits.clone(), metrics.clone(), advertise.clone());
     if let Some(addr) = &config.admin_listen {
         let admin = TcpListener::bind(addr).await.with_context(|| format!("cannot bind --admin-listen {addr}"))?;
         let state = crate::admin::AdminState {
@@ -96,7 +107,17 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future) -
             }
         });
     }
-    let served = run_with(&config, listener, advertise, replicator, manager, stop).await;
+    if let Some(mut signal) = reload {
+        let (material, config, metrics) = (material.clone(), config.clone(), metrics.clone());
+        tokio::spawn(async move {
+            while signal.recv().await.is_some() {
+                info!("SIGHUP: reloading tokens and certificates");
+                let problems = material.reload(&config);
+                metrics.count_reload(problems.is_empty());
+            }
+        });
+    }
+    let served = run_material(&config, listener, advertise, replicator, manager, &material, stop).await;
     if let Some(c) = &cluster {
         if tokio::time::timeout(RAFT_SHUTDOWN_TIMEOUT, c.shutdown()).await.is_err() {
             warn!("Raft did not stop in time");
@@ -119,17 +140,25 @@ pub async fn run_with<F: Future>(
     manager: ManagerHandle,
     shutdown: F,
 ) -> Result<F::Output> {
-    let tls = match (&config.tls_cert, &config.tls_key) {
-        (Some(cert), Some(key)) => Some(
-            tls_acceptor(cert, key)
-                .map_err(|e| ConfigError::Invalid { setting: "--tls-cert", problem: format!("{e:#}") })?,
-        ),
-        _ => None,
-    };
+    let material = Material::load(config)?;
+    run_material(config, listener, advertise, replicator, manager, &material, shutdown).await
+}
+
+/// [`run_with`] with the tokens and TLS of `material` (replaced on reload).
+async fn run_material<F: Future>(
+    config: &Config,
+    listener: TcpListener,
+    advertise: Addr,
+    replicator: Arc<dyn Replicator>,
+    manager: ManagerHandle,
+    material: &Material,
+    shutdown: F,
+) -> Result<F::Output> {
+    let tls = material.client_tls.clone();
     let ctx = Arc::new(ConnContext {
         manager: manager.clone(),
         leadership: replicator.leadership(),
-        client_tokens: config.client_tokens.clone(),
+        client_tokens: material.client_tokens.clone(),
         advertise: advertise.clone(),
         max_pending: config.limits.max_pending_per_conn,
         max_write_buffer: config.limits.max_write_buffer_bytes,
@@ -152,7 +181,8 @@ pub async fn run_with<F: Future>(
     info!(
         advertise = %advertise,
         mode = if config.is_standalone() { "standalone" } else { "cluster" },
-        tls = listener.tls.is_some(),
+        tls = listener.tls.is_on(),
+        client_certificates = config.tls_client_ca.is_some(),
         auth = !config.client_tokens.is_empty(),
         "serving clients"
     );
@@ -179,27 +209,4 @@ pub async fn run_with<F: Future>(
     }
     info!("stopped");
     Ok(stopped)
-}
-
-/// TLS for the client port from PEM files (rustls 0.23 with the ring provider).
-pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<TlsAcceptor> {
-    let certs = CertificateDer::pem_file_iter(cert)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .with_context(|| format!("reading certificates from --tls-cert {}", cert.display()))?;
-    if certs.is_empty() {
-        bail!("--tls-cert {} holds no PEM certificate", cert.display());
-    }
-    let key = match PrivateKeyDer::from_pem_file(key) {
-        Ok(k) => k,
-        Err(pem::Error::NoItemsFound) => bail!("--tls-key {} holds no PEM private key", key.display()),
-        Err(e) => return Err(e).with_context(|| format!("reading the private key from --tls-key {}", key.display())),
-    };
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let server = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .context("TLS protocol versions")?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .context("TLS certificate and key do not fit together")?;
-    Ok(TlsAcceptor::from(Arc::new(server)))
 }

@@ -139,7 +139,8 @@ fn client_tokens_never_leak() {
     let (code, stderr) = common::run_failing(&[], &["--peer-token-file", file.to_str().unwrap(), "--peers", "a:1"]);
     assert_eq!(code, Some(2));
     assert_absent("a configuration error", &stderr, &tokens);
-    let two = common::temp_file(&format!("{PEER_TOKEN}\n{CLIENT_TOKEN}\n"));
+    // One line, or two during a rotation: three is an error that must not quote them.
+    let two = common::temp_file(&format!("{PEER_TOKEN}\n{CLIENT_TOKEN}\n{PEER_TOKEN}-third\n"));
     let (code, stderr) = common::run_failing(
         &[],
         &[
@@ -152,7 +153,7 @@ fn client_tokens_never_leak() {
         ],
     );
     assert_eq!(code, Some(2), "{stderr}");
-    assert!(stderr.contains("exactly one"), "{stderr}");
+    assert!(stderr.contains("must hold one token line"), "{stderr}");
     assert_absent("a configuration error", &stderr, &[PEER_TOKEN, CLIENT_TOKEN]);
 }
 

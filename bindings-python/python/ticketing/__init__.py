@@ -19,6 +19,7 @@ Blocking calls release the GIL and can be interrupted with Ctrl-C
 
 from __future__ import annotations
 
+import os
 from types import TracebackType
 from typing import Iterable, Optional, Type, Union
 
@@ -57,6 +58,9 @@ __all__ = [
 #: A duration in seconds; fractions are rounded up to whole seconds.
 Seconds = Union[int, float]
 
+#: A file path (``tls_client_cert``, ``tls_client_key``).
+_PathLike = Union[str, "os.PathLike[str]"]
+
 
 def _addr_list(addrs: Union[str, Iterable[str]]) -> list[str]:
     """The configured addresses as a list; a single string is one address."""
@@ -72,7 +76,9 @@ class TicketBroker:
     ``TicketBroker(["10.0.0.1:5225", "10.0.0.2:5225", "10.0.0.3:5225"],
     token="secret", tls="system-roots")``. ``tls`` is ``"off"`` (default),
     ``"system-roots"``, a path to a CA file, or ``"insecure-skip-verify"``
-    (tests only). Construction does not wait for a connection (see
+    (tests only). ``tls_client_cert`` and ``tls_client_key`` (PEM file paths,
+    both or neither, with a TLS mode) present a client certificate to a
+    server that requires one (``--tls-client-ca``). Construction does not wait for a connection (see
     :meth:`wait_ready`). A broker may be shared between threads. It is a
     context manager: leaving the ``with`` block closes it.
 
@@ -88,8 +94,10 @@ class TicketBroker:
         addrs: Union[str, Iterable[str]],
         token: Optional[str] = None,
         tls: str = "off",
+        tls_client_cert: Optional[_PathLike] = None,
+        tls_client_key: Optional[_PathLike] = None,
     ) -> None:
-        self._native = _native.Broker(_addr_list(addrs), token, tls)
+        self._native = _native.Broker(_addr_list(addrs), token, tls, tls_client_cert, tls_client_key)
 
     @classmethod
     def connect(cls, addr: str) -> "TicketBroker":

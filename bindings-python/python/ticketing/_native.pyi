@@ -1,6 +1,7 @@
 """Type stubs of the native module ``ticketing._native`` (private: use
 ``ticketing`` and ``ticketing.aio``)."""
 
+import os
 from typing import Any, Callable, Optional, Union, final
 
 __version__: str
@@ -50,7 +51,14 @@ class Ticket:
 class Broker:
     """Native connection pool and router (wrapped by ``ticketing.TicketBroker``)."""
 
-    def __new__(cls, addrs: list[str], token: Optional[str] = None, tls: str = "off") -> Broker: ...
+    def __new__(
+        cls,
+        addrs: list[str],
+        token: Optional[str] = None,
+        tls: str = "off",
+        tls_client_cert: Optional[Union[str, os.PathLike[str]]] = None,
+        tls_client_key: Optional[Union[str, os.PathLike[str]]] = None,
+    ) -> Broker: ...
     @staticmethod
     def connect(addr: str) -> Broker:
         """A broker for one address."""

@@ -27,7 +27,7 @@ import asyncio
 from types import TracebackType
 from typing import Any, Callable, Iterable, Optional, Type, Union, cast
 
-from . import Seconds, _addr_list, _native, _note
+from . import Seconds, _addr_list, _native, _note, _PathLike
 from ._errors import LockTimeout
 
 __all__ = ["TicketBroker", "Ticket", "Lock"]
@@ -142,8 +142,10 @@ class TicketBroker:
         addrs: Union[str, Iterable[str]],
         token: Optional[str] = None,
         tls: str = "off",
+        tls_client_cert: Optional[_PathLike] = None,
+        tls_client_key: Optional[_PathLike] = None,
     ) -> None:
-        self._native = _native.Broker(_addr_list(addrs), token, tls)
+        self._native = _native.Broker(_addr_list(addrs), token, tls, tls_client_cert, tls_client_key)
 
     @classmethod
     async def connect(cls, addr: str) -> "TicketBroker":

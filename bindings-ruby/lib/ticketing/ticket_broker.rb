@@ -21,10 +21,17 @@ module Ticketing
       #   +client_tokens+); it never crosses the network
       # @param tls [String] +"off"+ (default), +"system-roots"+, a path to a
       #   CA file (PEM), or +"insecure-skip-verify"+ (tests only)
+      # @param tls_client_cert [String, nil] a client certificate (PEM file)
+      #   for a server that requires one (+--tls-client-ca+); with
+      #   +tls_client_key+ and a TLS mode
+      # @param tls_client_key [String, nil] the private key (PEM file) of
+      #   +tls_client_cert+
       # @return [TicketBroker]
-      # @raise [ArgumentError] no address, a bad address or TLS option
-      # @raise [TypeError] a non-String address, token or tls
-      def new(addrs, token: nil, tls: "off")
+      # @raise [ArgumentError] no address, a bad address or TLS option, an
+      #   unreadable client certificate or key, or only one of them
+      # @raise [TypeError] a non-String address, token, tls or client
+      #   certificate path
+      def new(addrs, token: nil, tls: "off", tls_client_cert: nil, tls_client_key: nil)
         list = addrs.is_a?(String) ? [addrs] : addrs
         raise TypeError, "addrs must be an Array of \"host:port\" Strings" unless list.is_a?(Array)
 
@@ -34,7 +41,13 @@ module Ticketing
         raise TypeError, "token must be a String or nil" unless token.nil? || token.is_a?(String)
         raise TypeError, "tls must be a String" unless tls.is_a?(String)
 
-        named(_build(list, token, tls), list)
+        tls_client_cert = tls_client_cert.to_path if tls_client_cert.respond_to?(:to_path)
+        tls_client_key = tls_client_key.to_path if tls_client_key.respond_to?(:to_path)
+        { tls_client_cert: tls_client_cert, tls_client_key: tls_client_key }.each do |name, v|
+          raise TypeError, "#{name} must be a String path or nil" unless v.nil? || v.is_a?(String)
+        end
+
+        named(_build(list, token, tls, tls_client_cert, tls_client_key), list)
       end
 
       # A broker for one address (the library opens two connections to it).

@@ -1,8 +1,8 @@
 //! `ticketing`: run a command while holding a Ticketing lock, or check a server.
 //!
 //! ```text
-//! ticketing [--addr HOST:PORT]... [--token-file F] [--tls MODE] lock KEY --wait S --lease S [--budget S] -- CMD ARGS...
-//! ticketing [--addr HOST:PORT]... [--token-file F] [--tls MODE] ping [--timeout S]
+//! ticketing [--addr HOST:PORT]... [--token-file F] [--tls MODE] [--tls-client-cert F --tls-client-key F] lock KEY --wait S --lease S [--budget S] -- CMD ARGS...
+//! ticketing [--addr HOST:PORT]... [--token-file F] [--tls MODE] [--tls-client-cert F --tls-client-key F] ping [--timeout S]
 //! ```
 //!
 //! Exit codes (also in `docs/client.md`): CMD's own status once it ran, else
@@ -60,6 +60,12 @@ struct Cli {
     /// TLS: off, system-roots, insecure-skip-verify, or the path of a CA file (PEM).
     #[arg(long, value_name = "MODE", global = true, env = "TICKETING_TLS", default_value = "off")]
     tls: String,
+    /// Client certificate (PEM) for a server that requires one (with --tls-client-key and a TLS mode).
+    #[arg(long, value_name = "FILE", global = true, env = "TICKETING_TLS_CLIENT_CERT")]
+    tls_client_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-client-cert.
+    #[arg(long, value_name = "FILE", global = true, env = "TICKETING_TLS_CLIENT_KEY")]
+    tls_client_key: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -154,6 +160,12 @@ fn builder(cli: &Cli) -> Result<Builder, u8> {
     let mut builder = TicketBroker::builder(cli.addrs.iter().map(|a| a.trim().to_owned())).tls(tls);
     if let Some(path) = &cli.token_file {
         builder = builder.token(read_token(path).map_err(usage)?);
+    }
+    if let Some(cert) = &cli.tls_client_cert {
+        builder = builder.tls_client_cert(cert);
+    }
+    if let Some(key) = &cli.tls_client_key {
+        builder = builder.tls_client_key(key);
     }
     Ok(builder)
 }

@@ -22,7 +22,9 @@ pub mod types;
 pub mod wire;
 
 use crate::locks::{Command, LockState};
+use crate::reload::{Current, Material, PeerTokens};
 use crate::replication::{Leadership, Proposal, ProposeError, Replicator};
+use crate::tls::PeerTls;
 use openraft::error::{ClientWriteError, Fatal, RaftError};
 use openraft::ServerState;
 use std::fmt;
@@ -51,8 +53,11 @@ pub struct ClusterConfig {
     pub peers: Vec<String>,
     /// Create a new fencing domain.
     pub bootstrap: bool,
-    /// The peer token (empty when none); `Debug` prints it redacted.
-    pub peer_token: ticketing_proto::auth::Secret,
+    /// The peer tokens (the first is sent, any is accepted; none = the empty
+    /// token), replaced on reload.
+    pub peer_tokens: Arc<PeerTokens>,
+    /// Mutual TLS between peers (`None`: plain TCP), replaced on reload.
+    pub peer_tls: Arc<Current<Option<PeerTls>>>,
     /// This node's client address, announced in `M`/`L`.
     pub advertise: Addr,
     /// Raft heartbeat interval, ms.
@@ -68,13 +73,15 @@ pub struct ClusterConfig {
 impl ClusterConfig {
     /// The cluster part of a validated server configuration (cluster mode
     /// has `--peer-listen`, checked by `Config::resolve`); `advertise` is the
-    /// client address to announce (the configured one or the bound one).
-    pub fn from_config(cfg: &crate::config::Config, advertise: Addr) -> ClusterConfig {
+    /// client address to announce (the configured one or the bound one);
+    /// the peer tokens and TLS are `material`'s (shared, so a reload reaches them).
+    pub fn from_config(cfg: &crate::config::Config, advertise: Addr, material: &Material) -> ClusterConfig {
         ClusterConfig {
             peer_listen: cfg.peer_listen.clone().unwrap_or_default(),
             peers: cfg.peers.clone(),
             bootstrap: cfg.bootstrap,
-            peer_token: cfg.peer_token.clone().unwrap_or_default(),
+            peer_tokens: material.peer_tokens.clone(),
+            peer_tls: material.peer_tls.clone(),
             advertise,
             heartbeat_ms: cfg.heartbeat_ms,
             election_timeout_min_ms: cfg.election_timeout_min_ms,
@@ -137,8 +144,10 @@ impl std::error::Error for ClusterError {
 pub struct Node {
     /// This process's NodeId.
     pub id: NodeId,
-    /// The peer token.
-    pub token: ticketing_proto::auth::Secret,
+    /// The peer tokens: the first is sent when dialing, any is accepted (replaced on reload).
+    pub tokens: Arc<PeerTokens>,
+    /// Mutual TLS between peers, or `None` for plain TCP (replaced on reload).
+    pub tls: Arc<Current<Option<PeerTls>>>,
     /// The peer port's abuse limits.
     pub limits: peer::PeerLimits,
     /// This node's client address.
@@ -352,7 +361,8 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
         .map_err(|source| ClusterError::Bind { addr: cfg.peer_listen.clone(), source })?;
     let node = Arc::new(Node {
         id: random_node_id(),
-        token: cfg.peer_token.clone(),
+        tokens: cfg.peer_tokens.clone(),
+        tls: cfg.peer_tls.clone(),
         limits: cfg.limits.clone(),
         client_addr: cfg.advertise.as_str().to_owned(),
         peers: cfg.peers.clone(),
@@ -384,7 +394,13 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
     .await
     .map_err(ClusterError::RaftStart)?;
     let _ = node.raft.set(raft.clone());
-    info!(node = %node.id, peer_listen = %cfg.peer_listen, peers = ?cfg.peers, "cluster node started");
+    info!(
+        node = %node.id,
+        peer_listen = %cfg.peer_listen,
+        peers = ?cfg.peers,
+        peer_tls = node.tls.get().is_some(),
+        "cluster node started"
+    );
     tokio::spawn(peer::serve(listener, node.clone()));
 
     let (tx, _) = watch::channel(Leadership { serving: false, active: false, leader: None, epoch: 0 });

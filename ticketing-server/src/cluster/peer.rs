@@ -17,12 +17,14 @@ use openraft::raft::{
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tracing::{debug, warn};
 
 /// Time to connect and complete the handshake with a peer.
@@ -62,6 +64,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A peer connection's bytes: plain TCP, or TLS from the first byte.
+trait PeerStream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> PeerStream for T {}
+
 /// Serves the peer port until the process ends. At most
 /// `--max-peer-connections` connections at once: one more is answered
 /// `E overloaded` (if its socket takes the line at once) and closed.
@@ -82,7 +88,7 @@ pub async fn serve(listener: TcpListener, node: Arc<Node>) {
                     let _permit = permit;
                     let gauge = &node.limits.metrics.peer_connections;
                     gauge.inc();
-                    let result = serve_conn(stream, node.clone()).await;
+                    let result = serve_conn(stream, from, node.clone()).await;
                     node.limits.metrics.peer_connections.dec();
                     match result {
                         Ok(()) => debug!(%from, "peer connection ended"),
@@ -101,27 +107,61 @@ pub async fn serve(listener: TcpListener, node: Arc<Node>) {
     }
 }
 
-async fn serve_conn(stream: TcpStream, node: Arc<Node>) -> Result<(), WireError> {
+/// The accepting side's TLS handshake (with the current peer TLS), bounded
+/// by the handshake timeout. A failure is logged as a refused peer.
+async fn accept_tls(stream: TcpStream, from: SocketAddr, node: &Node) -> Option<Box<dyn PeerStream>> {
+    let Some(tls) = node.tls.get().as_ref().clone() else { return Some(Box::new(stream)) };
+    let acceptor = TlsAcceptor::from(tls.server);
+    match tokio::time::timeout(node.limits.handshake_timeout, acceptor.accept(stream)).await {
+        Ok(Ok(s)) => Some(Box::new(s)),
+        Ok(Err(e)) => {
+            warn!(
+                %from,
+                error = %e,
+                "peer refused: TLS handshake failed (a plain-TCP peer, or a certificate not signed by --peer-tls-ca)"
+            );
+            None
+        }
+        Err(_) => {
+            warn!(%from, "peer refused: no TLS handshake within the handshake timeout");
+            None
+        }
+    }
+}
+
+async fn serve_conn(stream: TcpStream, from: SocketAddr, node: Arc<Node>) -> Result<(), WireError> {
     let _ = stream.set_nodelay(true);
-    let (r, mut w) = stream.into_split();
+    let Some(stream) = accept_tls(stream, from, &node).await else { return Ok(()) };
+    let (r, mut w) = tokio::io::split(stream);
     let mut r = BufReader::new(r);
     let limits = &node.limits;
-    let handshake =
-        wire::accept_handshake(&mut r, &mut w, node.token.expose(), node.id, node.domain(), limits.handshake_timeout);
-    match tokio::time::timeout(limits.handshake_timeout, handshake).await {
-        Ok(Ok(())) => {}
-        // The handshake's own read limit answered `E handshake_timeout`.
-        Ok(Err(WireError::Timeout)) => {
-            limits.metrics.peer_handshake_timeouts.inc();
-            return Err(WireError::Timeout);
-        }
+    let tokens = node.tokens.get();
+    let handshake = wire::accept_handshake(&mut r, &mut w, &tokens, node.id, node.domain(), limits.handshake_timeout);
+    let shaken = match tokio::time::timeout(limits.handshake_timeout, handshake).await {
+        Ok(shaken) => shaken,
         // The whole handshake (greeting write included) ran out of time first.
         Err(_) => {
             limits.metrics.peer_handshake_timeouts.inc();
             let _ = tokio::time::timeout(Duration::from_secs(1), w.write_all(b"E handshake_timeout\n")).await;
             return Err(WireError::Timeout);
         }
-        Ok(Err(e)) => return Err(e),
+    };
+    drop(tokens);
+    match shaken {
+        Ok(()) => {}
+        // The handshake's own read limit answered `E handshake_timeout`.
+        Err(WireError::Timeout) => {
+            limits.metrics.peer_handshake_timeouts.inc();
+            return Err(WireError::Timeout);
+        }
+        Err(WireError::Refused(_)) => {
+            warn!(%from, "peer refused: wrong peer token (auth_failed)");
+            return Ok(());
+        }
+        Err(other) => {
+            warn!(%from, error = %other, "peer refused: handshake failed");
+            return Ok(());
+        }
     }
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(PEER_WRITE_QUEUE);
     let in_flight = Arc::new(Semaphore::new(MAX_PEER_IN_FLIGHT));
@@ -318,7 +358,13 @@ impl Pool {
         *guard = None;
         let c = match tokio::time::timeout(DIAL_TIMEOUT, self.dial(addr)).await {
             Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(RpcError::Unreachable(e.to_string())),
+            Ok(Err(e)) => {
+                match &e {
+                    WireError::Tls(_) | WireError::Refused(_) => warn!(peer = %addr, error = %e, "cannot join peer"),
+                    _ => debug!(peer = %addr, error = %e, "cannot reach peer"),
+                }
+                return Err(RpcError::Unreachable(e.to_string()));
+            }
             Err(_) => return Err(RpcError::Unreachable("connect/handshake timed out".into())),
         };
         *guard = Some(c.clone());
@@ -328,10 +374,31 @@ impl Pool {
     async fn dial(&self, addr: &str) -> Result<Arc<PeerConn>, WireError> {
         let stream = TcpStream::connect(addr).await?;
         let _ = stream.set_nodelay(true);
-        let (r, mut w) = stream.into_split();
+        let tls = self.node.tls.get().as_ref().clone();
+        let stream: Box<dyn PeerStream> = match &tls {
+            None => Box::new(stream),
+            Some(tls) => {
+                // The acceptor's certificate must name the host of its --peers entry.
+                let name = crate::tls::peer_server_name(addr).map_err(WireError::Tls)?;
+                let s = TlsConnector::from(tls.client.clone())
+                    .connect(name, stream)
+                    .await
+                    .map_err(|e| WireError::Tls(e.to_string()))?;
+                Box::new(s)
+            }
+        };
+        let (r, mut w) = tokio::io::split(stream);
         let mut r = BufReader::new(r);
+        let token = self.node.tokens.get().first().cloned().unwrap_or_default();
         let (peer_id, _domain) =
-            wire::dial_handshake(&mut r, &mut w, self.node.token.expose(), self.node.domain()).await?;
+            wire::dial_handshake(&mut r, &mut w, token.expose(), self.node.domain()).await.map_err(|e| match e {
+                // With TLS 1.3 the acceptor checks our certificate after our side of the TLS handshake is done.
+                WireError::Io(_) | WireError::Disconnected if tls.is_some() => WireError::Tls(format!(
+                    "the peer closed the connection before its greeting ({e}): \
+                     did its --peer-tls-ca refuse our certificate?"
+                )),
+                e => e,
+            })?;
         let (tx, mut rx) = mpsc::channel::<Vec<u8>>(PEER_WRITE_QUEUE);
         let pending: AwaitedAnswers = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));

@@ -19,7 +19,7 @@ use openraft::raft::{
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::time::Duration;
-use ticketing_proto::auth::{self, Label};
+use ticketing_proto::auth::{self, Label, Secret};
 use ticketing_proto::frame::{decode_client, line_fields};
 use ticketing_proto::limits::MAX_FRAME;
 use ticketing_proto::{ClientFrame, Hex32};
@@ -167,6 +167,9 @@ pub enum WireError {
     Refused(String),
     /// Timed out.
     Timeout,
+    /// The TLS handshake failed (a plain-TCP peer, or a certificate the
+    /// peer CA did not sign or that does not name the peer's host).
+    Tls(String),
 }
 
 impl fmt::Display for WireError {
@@ -177,6 +180,7 @@ impl fmt::Display for WireError {
             WireError::Protocol(e) => write!(f, "peer protocol violation: {e}"),
             WireError::Refused(e) => write!(f, "peer refused the handshake: E {e}"),
             WireError::Timeout => f.write_str("peer timed out"),
+            WireError::Tls(e) => write!(f, "peer TLS handshake failed: {e}"),
         }
     }
 }
@@ -282,11 +286,13 @@ fn domain_text(d: Option<DomainId>) -> String {
     d.map(|d| d.to_string()).unwrap_or_else(|| "-".to_owned())
 }
 
-/// Accepting side: greeting, AUTH check with the peer token, `OK <domain|-> <node_id> <smac>`.
+/// Accepting side: greeting, AUTH check with the peer tokens (any of them;
+/// none = the empty token), `OK <domain|-> <node_id> <smac>` with the
+/// matching one.
 pub async fn accept_handshake<R, W>(
     r: &mut R,
     w: &mut W,
-    token: &[u8],
+    tokens: &[Secret],
     own_id: NodeId,
     domain: Option<DomainId>,
     limit: Duration,
@@ -297,7 +303,16 @@ where
 {
     let snonce = auth::nonce(&mut rand_core::OsRng);
     w.write_all(format!("TICKETING-PEER 1 {}\n", snonce.to_hex_string()).as_bytes()).await?;
-    let line = match tokio::time::timeout(limit, read_raw_line(r)).await {
+    let first_line = async {
+        // 0x16 opens a TLS handshake record: say so instead of waiting for an LF.
+        if r.fill_buf().await?.first() == Some(&0x16) {
+            return Err(WireError::Protocol(
+                "expected AUTH, got a TLS ClientHello: the peer uses --peer-tls-*, this node does not".into(),
+            ));
+        }
+        read_raw_line(r).await
+    };
+    let line = match tokio::time::timeout(limit, first_line).await {
         Ok(l) => l?,
         Err(_) => {
             let _ = w.write_all(b"E handshake_timeout\n").await;
@@ -307,13 +322,18 @@ where
     // The AUTH line of the client port's handshake, byte for byte.
     let Ok(Some((ClientFrame::Auth { cnonce, cmac }, _))) = decode_client(&line) else {
         let _ = w.write_all(b"E bad_frame\n").await;
-        return Err(WireError::Protocol(format!("expected AUTH, got {:?}", String::from_utf8_lossy(&line))));
+        let shown: String = line.iter().take(80).flat_map(|b| std::ascii::escape_default(*b)).map(char::from).collect();
+        return Err(WireError::Protocol(format!("expected AUTH, got \"{shown}\"")));
     };
-    if !auth::verify(token, Label::PeerClient, &snonce, &cnonce, &cmac) {
+    let empty = [Secret::default()];
+    let tokens = if tokens.is_empty() { &empty[..] } else { tokens };
+    let Some(token) = tokens.iter().find(|t| auth::verify(t.expose(), Label::PeerClient, &snonce, &cnonce, &cmac))
+    else {
         let _ = w.write_all(b"E auth_failed\n").await;
+        let _ = w.flush().await;
         return Err(WireError::Refused("auth_failed".into()));
-    }
-    let smac = auth::mac(token, Label::PeerServer, &snonce, &cnonce);
+    };
+    let smac = auth::mac(token.expose(), Label::PeerServer, &snonce, &cnonce);
     w.write_all(format!("OK {} {own_id} {}\n", domain_text(domain), smac.to_hex_string()).as_bytes()).await?;
     w.flush().await?;
     Ok(())
@@ -428,7 +448,8 @@ mod tests {
         let (br, mut bw) = split(b);
         let server = tokio::spawn(async move {
             let mut ar = BufReader::new(ar);
-            accept_handshake(&mut ar, &mut aw, server_token, NodeId(99), server_domain, Duration::from_secs(2)).await
+            let tokens = [Secret::new(server_token.to_vec())];
+            accept_handshake(&mut ar, &mut aw, &tokens, NodeId(99), server_domain, Duration::from_secs(2)).await
         });
         let mut br = BufReader::new(br);
         let c = dial_handshake(&mut br, &mut bw, client_token, client_domain).await;
@@ -449,5 +470,22 @@ mod tests {
         assert_eq!(c, Err(WireError::Refused("auth_failed".into())));
         let (_, c) = pair(b"t", b"t", Some(DomainId(1)), Some(DomainId(2))).await;
         assert!(matches!(c, Err(WireError::Refused(e)) if e.starts_with("wrong_domain")));
+    }
+
+    #[tokio::test]
+    async fn during_a_rotation_both_tokens_are_accepted_and_the_proof_uses_the_match() {
+        for dialer in [&b"old"[..], b"new"] {
+            let (a, b) = duplex(4096);
+            let (ar, mut aw) = split(a);
+            let (br, mut bw) = split(b);
+            let server = tokio::spawn(async move {
+                let mut ar = BufReader::new(ar);
+                let tokens = [Secret::from("new"), Secret::from("old")];
+                accept_handshake(&mut ar, &mut aw, &tokens, NodeId(7), None, Duration::from_secs(2)).await
+            });
+            let mut br = BufReader::new(br);
+            assert_eq!(dial_handshake(&mut br, &mut bw, dialer, None).await, Ok((NodeId(7), None)));
+            assert_eq!(server.await.unwrap(), Ok(()));
+        }
     }
 }

@@ -126,6 +126,10 @@ pub struct Metrics {
     pub raft: Option<RaftGauges>,
     /// What the abuse limits refused or closed.
     pub limits: LimitMetrics,
+    /// Reloads (SIGHUP) that replaced everything: `ticketing_reloads_total{result="ok"}`.
+    pub reloads_ok: Counter,
+    /// Reloads that kept some old material (a file did not read): `ticketing_reloads_total{result="failed"}`.
+    pub reloads_failed: Counter,
 }
 
 impl Default for Metrics {
@@ -172,6 +176,10 @@ impl Metrics {
         let held_keys = gauge(&mut registry, "held_keys", "Keys held");
         let connections = gauge(&mut registry, "connections", "Client connections");
         let serving = gauge(&mut registry, "serving", "1 if this node serves clients");
+        let reloads = Family::<Vec<(String, String)>, Counter>::default();
+        let reloads_ok = reloads.get_or_create(&result("ok")).clone();
+        let reloads_failed = reloads.get_or_create(&result("failed")).clone();
+        registry.register("reloads", "Reloads of tokens and certificates (SIGHUP) by result", reloads);
         let raft = cluster.then(|| RaftGauges {
             term: gauge(&mut registry, "raft_term", "Current Raft term"),
             commit_index: gauge(&mut registry, "raft_commit_index", "Committed log index"),
@@ -198,6 +206,17 @@ impl Metrics {
             serving,
             raft,
             limits,
+            reloads_ok,
+            reloads_failed,
+        }
+    }
+
+    /// Counts one reload: `ok` when every file was re-read.
+    pub fn count_reload(&self, ok: bool) {
+        if ok {
+            self.reloads_ok.inc();
+        } else {
+            self.reloads_failed.inc();
         }
     }
 

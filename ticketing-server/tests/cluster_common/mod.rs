@@ -41,6 +41,8 @@ pub struct Node {
     pub admin: u16,
     pub child: Option<Child>,
     pub starts: u32,
+    /// Extra flags for this node's next starts (TLS files, token files).
+    pub args: Vec<String>,
 }
 
 impl Node {
@@ -59,7 +61,14 @@ impl Cluster {
     /// Addresses for `n` nodes; nothing started.
     pub fn new(name: &str, n: usize) -> Cluster {
         let nodes = (0..n)
-            .map(|_| Node { client: free_port(), peer: free_port(), admin: free_port(), child: None, starts: 0 })
+            .map(|_| Node {
+                client: free_port(),
+                peer: free_port(),
+                admin: free_port(),
+                child: None,
+                starts: 0,
+                args: Vec::new(),
+            })
             .collect();
         Cluster { nodes, name: name.to_owned() }
     }
@@ -94,7 +103,37 @@ impl Cluster {
         if bootstrap {
             cmd.arg("--bootstrap");
         }
+        cmd.args(&node.args);
         node.child = Some(cmd.spawn().expect("spawn ticketing-server"));
+    }
+
+    /// The log (stderr) of node `i`'s latest start.
+    pub fn log(&self, i: usize) -> String {
+        let path = log_dir().join(format!("{}-node{}-{}.log", self.name, i, self.nodes[i].starts));
+        std::fs::read_to_string(path).unwrap_or_default()
+    }
+
+    /// Sends `signal` (`HUP`, `TERM`, …) to node `i`.
+    pub fn signal(&self, i: usize, signal: &str) {
+        let pid = self.nodes[i].child.as_ref().expect("node running").id();
+        let ok = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().unwrap().success();
+        assert!(ok, "kill -{signal} {pid}");
+    }
+
+    /// Waits until exactly one running node's admin `/status` says `serving`; its index.
+    pub fn wait_serving(&self, limit: Duration) -> Option<usize> {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            let serving: Vec<usize> = (0..self.nodes.len())
+                .filter(|&i| self.nodes[i].child.is_some())
+                .filter(|&i| status(self.nodes[i].admin).is_some_and(|s| s["serving"] == true))
+                .collect();
+            if serving.len() == 1 {
+                return Some(serving[0]);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
     }
 
     /// Starts every node, node 0 with `--bootstrap`.
