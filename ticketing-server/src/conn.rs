@@ -62,6 +62,8 @@ enum End {
 /// The state of one client connection (its task owns it).
 struct ClientConn<'a> {
     id: ConnId,
+    /// The client's address, shown for its waiters in `/locks/<key>`.
+    peer: String,
     ctx: &'a ConnContext,
     snonce: Hex32,
     authed: bool,
@@ -79,6 +81,7 @@ struct ClientConn<'a> {
 pub async fn serve<S>(
     stream: S,
     id: ConnId,
+    peer: std::net::SocketAddr,
     ctx: &ConnContext,
     handshake_deadline: Instant,
     mut shutdown: broadcast::Receiver<()>,
@@ -90,6 +93,7 @@ pub async fn serve<S>(
     let snonce = auth::nonce(&mut rand_core::OsRng);
     let mut conn = ClientConn {
         id,
+        peer: peer.to_string(),
         ctx,
         snonce,
         authed: false,
@@ -297,7 +301,10 @@ impl ClientConn<'_> {
         let read_at = Instant::now();
         let id = match &frame {
             ClientFrame::Auth { .. } => return Some(End::Fatal(ServerFrame::error(ErrorCode::BadFrame))),
-            ClientFrame::Acquire { id, .. } | ClientFrame::Release { id, .. } | ClientFrame::Ping { id } => *id,
+            ClientFrame::Acquire { id, .. }
+            | ClientFrame::Release { id, .. }
+            | ClientFrame::Query { id, .. }
+            | ClientFrame::Ping { id } => *id,
         };
         if self.in_flight.contains(&id) {
             return Some(End::Fatal(ServerFrame::error(ErrorCode::DuplicateId)));
@@ -320,6 +327,7 @@ impl ClientConn<'_> {
                 ManagerRequest::Acquire { conn, id, key, owner, wait, lease, read_at }
             }
             ClientFrame::Release { id, key, owner, token } => ManagerRequest::Release { conn, id, key, owner, token },
+            ClientFrame::Query { id, key, owner } => ManagerRequest::Holds { conn, id, key, owner },
             ClientFrame::Auth { .. } | ClientFrame::Ping { .. } => unreachable!("handled above"),
         };
         self.in_flight.insert(id);
@@ -343,7 +351,7 @@ impl ClientConn<'_> {
         let smac = auth::mac(token, Label::Server, &self.snonce, &cnonce);
         let role = if l.serving { Role::Leader } else { Role::Follower };
         self.send(&ServerFrame::Ok { role, smac });
-        let req = ManagerRequest::Register { conn: self.id, tx: self.deliveries_tx.clone() };
+        let req = ManagerRequest::Register { conn: self.id, tx: self.deliveries_tx.clone(), client: self.peer.clone() };
         if self.ctx.manager.send(req).await.is_err() {
             return Some(End::Fatal(ServerFrame::error(ErrorCode::Internal)));
         }

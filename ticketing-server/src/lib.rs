@@ -7,6 +7,7 @@ pub mod admin;
 pub mod cluster;
 pub mod config;
 pub mod conn;
+pub mod domain_time;
 pub mod listener;
 pub mod locks;
 pub mod manager;
