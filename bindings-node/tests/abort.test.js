@@ -25,7 +25,7 @@ test('an already-aborted signal rejects at once with signal.reason; nothing is s
   await assert.rejects(broker.acquire(k, 5, 30, 0, { signal: AbortSignal.abort(reason) }), (e) => e === reason)
   const lock = await srv.lock(k)
   assert.equal(lock.holder, null)
-  assert.equal(lock.waiters, 0)
+  assert.equal(lock.waiters.length, 0)
   // Also with no server at all: the abort wins over the wait for a connection.
   const dead = new TicketBroker([await deadAddr()])
   try {

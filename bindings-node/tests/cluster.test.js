@@ -24,7 +24,7 @@ test('an acquire across a leader kill: a Ticket or INDETERMINATE, never a wrong 
     const inFlight = broker.acquire('cluster-key-1', 20, 5).then((t) => t, (e) => e)
     await within(10000, async () => {
       const res = await adminGet(cluster.admin[leader], '/locks/cluster-key-1')
-      return res && res.status === 200 && res.body.waiters === 1
+      return res && res.status === 200 && res.body.waiters.length === 1
     }, 'the waiter queued at the leader')
 
     cluster.procs[leader].kill('SIGKILL')

@@ -124,7 +124,7 @@ class Server {
     proc.stderr.on('data', keep)
   }
 
-  /** The admin view of a key: { holder, waiters } (waiters is a count). */
+  /** The admin view of a key: { holder, waiters } (waiters: a list in FIFO order). */
   async lock(key) {
     const res = await adminGet(this.admin, `/locks/${encodeURIComponent(key)}`)
     if (!res || res.status !== 200) throw new Error(`admin /locks/${key}: ${JSON.stringify(res)}`)
@@ -133,7 +133,7 @@ class Server {
 
   /** Waits until `key` has exactly `n` waiters queued. */
   async waiters(key, n, ms = 20000) {
-    await within(ms, async () => (await this.lock(key)).waiters === n, `${n} waiters on ${key}`, 20)
+    await within(ms, async () => (await this.lock(key)).waiters.length === n, `${n} waiters on ${key}`, 20)
   }
 
   async stop() {

@@ -117,14 +117,14 @@ class TestServer
     false
   end
 
-  # The admin view of a key: {"holder" => ..., "waiters" => Integer}.
+  # The admin view of a key: {"holder" => ..., "waiters" => [...] in FIFO order}.
   def lock_info(key)
     res = Net::HTTP.get_response(URI("http://#{@admin}/locks/#{key}"))
     JSON.parse(res.body)
   end
 
   def waiters(key)
-    lock_info(key)["waiters"]
+    lock_info(key)["waiters"]&.length
   end
 
   def stop

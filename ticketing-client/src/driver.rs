@@ -305,6 +305,10 @@ impl Driver {
             BrokerEvent::LaneDone { grant, purpose, outcome } => {
                 debug!(key = %grant.key, token = grant.token.get(), ?purpose, ?outcome, "release lane entry done");
             }
+            BrokerEvent::Resolved { key, token, outcome, .. } => {
+                // An Indeterminate acquire, resolved by Q (+ R on H): docs/client.md, Release lane.
+                debug!(key = %key, token = token.map(|t| t.get()), ?outcome, "indeterminate acquire resolved");
+            }
             BrokerEvent::SessionEnded { conn, addr, reason } => {
                 debug!(conn = conn.0, %addr, ?reason, "session ended");
                 let why = match reason {

@@ -276,3 +276,49 @@ async fn usage_errors_are_exit_64_and_send_nothing() {
     assert_eq!(r.code, Some(0));
     assert!(r.stdout.contains("lock") && r.stdout.contains("ping"));
 }
+
+/// A one-route admin HTTP fake: every request gets `status` and `body`; the request paths are recorded.
+async fn fake_admin(status: &'static str, body: String) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let paths: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let seen = paths.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 4096];
+            let n = s.read(&mut buf).await.unwrap_or(0);
+            let req = String::from_utf8_lossy(&buf[..n]).into_owned();
+            seen.lock().unwrap().push(req.split(' ').nth(1).unwrap_or("").to_owned());
+            let resp = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = s.write_all(resp.as_bytes()).await;
+        }
+    });
+    (addr, paths)
+}
+
+#[tokio::test]
+async fn locks_prints_holder_and_waiters_following_a_follower_to_the_leader() {
+    let body = r#"{"key":"seat/1","holder":{"owner_prefix":"01234567","token":99,"remaining_ms":4000,"granted_dt":100},
+        "waiters":[{"owner_prefix":"aaaaaaaa","client":"127.0.0.1:4001","waited_ms":50,"wait_left_ms":950}],"domain_time_ms":1100}"#;
+    let (leader, leader_paths) = fake_admin("200 OK", body.to_owned()).await;
+    let follower_body = format!(r#"{{"error":"not the leader","leader":"127.0.0.1:5225","leader_admin":"{leader}"}}"#);
+    let (follower, _) = fake_admin("503 Service Unavailable", follower_body).await;
+    let r = ticketing(&["locks", "seat/1", "--admin", &follower], &[]).await;
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(leader_paths.lock().unwrap().as_slice(), ["/locks/seat%2F1"]);
+    assert!(r.stdout.contains("owner 01234567…  token 99  remaining 4000 ms"), "{}", r.stdout);
+    assert!(r.stdout.contains("1  aaaaaaaa…  127.0.0.1:4001  50"), "{}", r.stdout);
+
+    let (bad, _) = fake_admin("400 Bad Request", r#"{"error":"bad key"}"#.to_owned()).await;
+    assert_eq!(ticketing(&["locks", "k", "--admin", &bad], &[]).await.code, Some(64));
+    let (lost, _) =
+        fake_admin("503 Service Unavailable", r#"{"error":"not the leader","leader":null}"#.to_owned()).await;
+    let r = ticketing(&["locks", "k", "--admin", &lost], &[]).await;
+    assert_eq!(r.code, Some(69), "{}", r.stderr);
+    assert!(r.stderr.contains("not the leader"), "{}", r.stderr);
+    assert_eq!(ticketing(&["locks", "k"], &[]).await.code, Some(64), "--admin is required");
+}

@@ -62,6 +62,8 @@ async fn m_to_an_unlisted_address_is_ignored() {
             match (r.op(), first.fetch_add(1, std::sync::atomic::Ordering::SeqCst)) {
                 ("A", 0) => vec![line("M 10.9.9.9:5225"), Step::Close],
                 ("A", _) => vec![grant(r, 100, 0)],
+                // The lane asks about the Indeterminate acquire: it holds nothing.
+                ("Q", _) => vec![line(format!("N {} {}", r.id(), r.key()))],
                 _ => vec![line(format!("R {} {}", r.id(), r.key()))],
             }
         }))
@@ -78,6 +80,8 @@ async fn m_to_an_unlisted_address_is_ignored() {
         assert!(t.release().await.unwrap());
     }
     assert_eq!(x.count("A"), 4, "the M'd acquire was not resent");
+    let queries = x.rec.lock().unwrap().lines.iter().filter(|(_, l)| l.starts_with("Q ")).count();
+    assert_eq!(queries, 1, "the Indeterminate acquire was queried once");
     b.close().await;
 }
 

@@ -29,6 +29,10 @@ pub enum Purpose {
     Compensation,
     /// A dropped ticket or a closing broker (result only logged).
     BestEffort,
+    /// An acquire that ended Indeterminate: the lane asks with `Q` whether
+    /// its owner holds the key and, on `H`, releases that exact token
+    /// (docs/client.md, Release lane).
+    Resolve,
 }
 
 /// The exact grant to release.
@@ -69,8 +73,13 @@ pub enum State<C> {
 /// One entry.
 #[derive(Debug, Clone)]
 pub struct Entry<C> {
-    /// What to release.
-    pub grant: ExactGrant,
+    /// Key.
+    pub key: Key,
+    /// Owner.
+    pub owner: Owner,
+    /// The exact token to release; `None` while a [`Purpose::Resolve`]
+    /// entry still has to ask (`Q`) whether its owner holds the key.
+    pub token: Option<Token>,
     /// Why.
     pub purpose: Purpose,
     /// Absolute deadline.
@@ -89,6 +98,13 @@ pub struct Lane<C> {
     queue: VecDeque<OpId>,
     timers: TimerTable<OpId>,
     done: VecDeque<(OpId, Entry<C>, Outcome)>,
+}
+
+impl<C> Entry<C> {
+    /// The exact grant, once the token is known.
+    pub fn grant(&self) -> Option<ExactGrant> {
+        Some(ExactGrant { key: self.key.clone(), owner: self.owner.clone(), token: self.token? })
+    }
 }
 
 impl<C: Copy + PartialEq> Lane<C> {
@@ -115,14 +131,48 @@ impl<C: Copy + PartialEq> Lane<C> {
 
     /// Enqueues a release due by `now + 5 s`. A full lane refuses.
     pub fn enqueue(&mut self, now: Instant, id: OpId, grant: ExactGrant, purpose: Purpose) -> Result<(), LaneFull> {
+        let ExactGrant { key, owner, token } = grant;
+        self.insert(now, id, key, owner, Some(token), purpose)
+    }
+
+    /// Enqueues the resolution of an Indeterminate acquire, due by `now + 5 s`:
+    /// first `Q` for (key, owner), then, on `H`, the exact release. A full lane refuses.
+    pub fn enqueue_query(&mut self, now: Instant, id: OpId, key: Key, owner: Owner) -> Result<(), LaneFull> {
+        self.insert(now, id, key, owner, None, Purpose::Resolve)
+    }
+
+    fn insert(
+        &mut self,
+        now: Instant,
+        id: OpId,
+        key: Key,
+        owner: Owner,
+        token: Option<Token>,
+        purpose: Purpose,
+    ) -> Result<(), LaneFull> {
         if self.entries.len() >= self.capacity {
             return Err(LaneFull);
         }
         let deadline = now + DEADLINE;
-        self.entries.insert(id, Entry { grant, purpose, deadline, state: State::Queued, tried: Vec::new() });
+        self.entries
+            .insert(id, Entry { key, owner, token, purpose, deadline, state: State::Queued, tried: Vec::new() });
         self.queue.push_back(id);
         self.timers.set(id, deadline);
         Ok(())
+    }
+
+    /// `H`: the queried owner holds the key with `token`. The entry goes back
+    /// to the front of the queue as the exact release of that token, within
+    /// its original deadline.
+    pub fn held(&mut self, id: OpId, token: Token) {
+        if let Some(e) = self.entries.get_mut(&id) {
+            e.token = Some(token);
+            e.tried.clear();
+            if e.state != State::Queued {
+                e.state = State::Queued;
+                self.queue.push_front(id);
+            }
+        }
     }
 
     /// The queued entries, oldest first (for routing).
@@ -235,5 +285,31 @@ mod tests {
         assert_eq!(lane.poll_done().unwrap().2, Outcome::NotHolder);
         assert!(lane.is_empty());
         assert_eq!(lane.poll_timeout(), None);
+    }
+
+    #[test]
+    fn a_query_becomes_the_exact_release_on_held_within_its_deadline() {
+        let t0 = Instant::now();
+        let mut lane: Lane<u8> = Lane::new(4);
+        let (key, owner) = (Key::new("k").unwrap(), Owner::new("o").unwrap());
+        lane.enqueue_query(t0, OpId(1), key.clone(), owner.clone()).unwrap();
+        lane.enqueue(t0, OpId(2), grant(2), Purpose::BestEffort).unwrap();
+        let first = lane.queued().next().map(|(id, e)| (id, e.token, e.purpose));
+        assert_eq!(first, Some((OpId(1), None, Purpose::Resolve)));
+        lane.mark_sent(OpId(1), 3);
+        lane.held(OpId(1), Token::new(77).unwrap());
+        let (id, e) = lane.queued().next().unwrap();
+        assert_eq!((id, e.grant()), (OpId(1), Some(grant(77))));
+        assert_eq!(e.deadline, t0 + DEADLINE, "H does not extend the 5 s window");
+        lane.mark_sent(OpId(1), 3);
+        lane.answer(OpId(1), true);
+        let (id, e, out) = lane.poll_done().unwrap();
+        assert_eq!((id, e.token.map(Token::get), out), (OpId(1), Some(77), Outcome::Released));
+        // N to a query: done, no token.
+        lane.enqueue_query(t0, OpId(3), key, owner).unwrap();
+        lane.mark_sent(OpId(3), 3);
+        lane.answer(OpId(3), false);
+        let (_, e, out) = lane.poll_done().unwrap();
+        assert_eq!((e.token, out), (None, Outcome::NotHolder));
     }
 }

@@ -67,6 +67,8 @@ struct World {
     acquired: HashMap<OpId, Result<Option<Grant>, Failure>>,
     released: HashMap<OpId, Result<bool, Failure>>,
     lane_done: Vec<(Purpose, Outcome, u64)>,
+    /// Resolutions of Indeterminate acquires: (key, outcome, token from `H`).
+    resolved: Vec<(String, Outcome, Option<u64>)>,
     ended: Vec<CloseReason>,
     closed: bool,
     wire: Vec<u8>,
@@ -100,6 +102,7 @@ impl World {
             acquired: HashMap::new(),
             released: HashMap::new(),
             lane_done: vec![],
+            resolved: vec![],
             ended: vec![],
             closed: false,
             wire: vec![],
@@ -178,6 +181,9 @@ impl World {
             }
             BrokerEvent::LaneDone { grant, purpose, outcome } => {
                 self.lane_done.push((purpose, outcome, grant.token.get()))
+            }
+            BrokerEvent::Resolved { key, token, outcome, .. } => {
+                self.resolved.push((key.as_str().to_owned(), outcome, token.map(|t| t.get())))
             }
             BrokerEvent::SessionEnded { reason, .. } => self.ended.push(reason),
             BrokerEvent::Closed => self.closed = true,
@@ -1103,4 +1109,129 @@ fn bad_config_is_refused() {
     assert!(bad(&["ho st:1"]));
     assert!(bad(&[":1"]));
     assert!(!bad(&["[::1]:5225", "localhost:1"]));
+}
+
+// ---------------------------------------------------------------- docs/client.md, Release lane: resolving Indeterminate
+
+impl World {
+    fn queries_seen(&self) -> Vec<(ConnId, RequestId, String, String)> {
+        self.all_requests()
+            .into_iter()
+            .filter_map(|(c, f)| match f {
+                ClientFrame::Query { id, key, owner } => Some((c, id, key.to_string(), owner.to_string())),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn indeterminate_acquire_is_queried_and_released_on_h() {
+    let mut w = one_leader();
+    let op = w.acquire("k", 5.0, 10.0, 0.0);
+    let (conn, _, _, owner) = w.last_acquire();
+    w.hang_up(conn);
+    assert_eq!(w.result(op), Some(Err(Failure::Indeterminate)), "the caller still gets Indeterminate");
+    w.run_for(ms(10));
+    let q = w.queries_seen();
+    assert_eq!(q.len(), 1, "one Q for the Indeterminate acquire");
+    let (qconn, qid, key, qowner) = q[0].clone();
+    assert_ne!(qconn, conn);
+    assert_eq!((key.as_str(), qowner.as_str()), ("k", owner.as_str()), "Q names the acquire's key and owner");
+    assert!(w.releases_seen().is_empty(), "nothing is released before H");
+    w.send(qconn, &format!("H {qid} k {owner} 4242 9000\n"));
+    let rel = w.releases_seen();
+    assert_eq!(rel.len(), 1, "H → the exact R");
+    let (rconn, rid, rkey, rowner, token) = rel[0].clone();
+    assert_eq!((rkey.as_str(), rowner.as_str(), token), ("k", owner.as_str(), 4242));
+    assert!(w.resolved.is_empty());
+    w.send(rconn, &format!("R {rid} k\n"));
+    assert_eq!(w.resolved, vec![("k".to_owned(), Outcome::Released, Some(4242))]);
+    assert_eq!(w.acquires_seen(), 1, "the acquire itself is never resent");
+    assert_eq!(w.result(op), Some(Err(Failure::Indeterminate)));
+}
+
+#[test]
+fn indeterminate_acquire_answered_n_is_done_without_a_release() {
+    let mut w = one_leader();
+    w.acquire("k", 5.0, 10.0, 0.0);
+    let (conn, ..) = w.last_acquire();
+    w.hang_up(conn);
+    w.run_for(ms(10));
+    let (qconn, qid, ..) = w.queries_seen()[0].clone();
+    w.send(qconn, &format!("N {qid} k\n"));
+    assert_eq!(w.resolved, vec![("k".to_owned(), Outcome::NotHolder, None)]);
+    w.run_for(Duration::from_secs(10));
+    assert!(w.releases_seen().is_empty());
+    assert_eq!(w.queries_seen().len(), 1, "N ends the entry");
+}
+
+#[test]
+fn the_query_waits_for_a_new_leader_within_its_5s_window() {
+    let mut w = World::new(&[A, B, C], &[(A, serve("leader")), (B, serve("follower")), (C, serve("follower"))]);
+    let conn_of =
+        |w: &World, addr: &str| w.conns.iter().find(|(_, c)| c.addr == addr && c.open).map(|(id, _)| *id).unwrap();
+    let op = w.acquire("k", 5.0, 10.0, 0.0);
+    let (ca, _, _, owner) = w.last_acquire();
+    assert_eq!(w.conns[&ca].addr, A);
+    // kill -9 of the leader: its connection ends and it refuses reconnects.
+    w.modes.insert(A.into(), Mode::Refuse);
+    w.hang_up(ca);
+    assert_eq!(w.result(op), Some(Err(Failure::Indeterminate)));
+    w.run_for(ms(2400));
+    assert!(w.queries_seen().is_empty(), "never on a known follower");
+    // B is elected and says so.
+    let (cb, cc) = (conn_of(&w, B), conn_of(&w, C));
+    w.send(cb, &format!("L {B}\n"));
+    w.send(cc, &format!("L {B}\n"));
+    let q = w.queries_seen();
+    assert_eq!(q.len(), 1);
+    let (qconn, qid, ..) = q[0].clone();
+    assert_eq!(qconn, cb, "the Q goes to the new leader");
+    w.send(cb, &format!("H {qid} k {owner} 99 7000\n"));
+    let (rconn, rid, _, _, token) = w.releases_seen()[0].clone();
+    assert_eq!((rconn, token), (cb, 99));
+    w.send(cb, &format!("R {rid} k\n"));
+    assert_eq!(w.resolved, vec![("k".to_owned(), Outcome::Released, Some(99))]);
+}
+
+#[test]
+fn no_leader_within_5s_leaves_the_resolution_unconfirmed() {
+    let mut w = World::new(&[A, B], &[(A, serve("leader")), (B, serve("follower"))]);
+    w.acquire("k", 5.0, 10.0, 0.0);
+    let (ca, ..) = w.last_acquire();
+    w.modes.insert(A.into(), Mode::Refuse);
+    w.hang_up(ca);
+    w.run_for(ms(4999));
+    assert!(w.resolved.is_empty());
+    w.run_for(ms(2));
+    assert_eq!(w.resolved, vec![("k".to_owned(), Outcome::Unconfirmed, None)]);
+    assert!(w.queries_seen().is_empty());
+}
+
+#[test]
+fn a_query_lost_with_its_session_is_asked_again_elsewhere() {
+    let mut w = one_leader();
+    w.acquire("k", 5.0, 10.0, 0.0);
+    let (conn, ..) = w.last_acquire();
+    w.hang_up(conn);
+    w.run_for(ms(10));
+    let (qconn, ..) = w.queries_seen()[0].clone();
+    w.hang_up(qconn);
+    w.run_for(ms(500));
+    let q = w.queries_seen();
+    assert_eq!(q.len(), 2, "asked again after its session died: {q:?}");
+    assert_ne!(q[1].0, qconn);
+    assert!(w.resolved.is_empty());
+}
+
+#[test]
+fn a_cancelled_possibly_sent_acquire_is_resolved_too() {
+    let mut w = one_leader();
+    let op = w.acquire("k", 5.0, 10.0, 0.0);
+    w.b.cancel(w.now, op);
+    w.step();
+    w.run_for(ms(10));
+    assert_eq!(w.result(op), None, "no event for a cancelled acquire");
+    assert_eq!(w.queries_seen().len(), 1);
 }

@@ -96,6 +96,9 @@ struct ErrorBody {
     error: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     leader: Option<Option<String>>,
+    /// On a follower: the leader's admin HTTP address, when it knows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    leader_admin: Option<Option<String>>,
 }
 
 /// The body of `/locks/<key>`.
@@ -110,7 +113,7 @@ async fn lock(State(s): State<AdminState>, Path(key): Path<String>) -> Response 
     let k = match Key::new(key.clone()) {
         Ok(k) => k,
         Err(e) => {
-            let body = ErrorBody { error: e.to_string(), leader: None };
+            let body = ErrorBody { error: e.to_string(), leader: None, leader_admin: None };
             return (StatusCode::BAD_REQUEST, Json(body)).into_response();
         }
     };
@@ -120,13 +123,19 @@ async fn lock(State(s): State<AdminState>, Path(key): Path<String>) -> Response 
         (l.serving, l.leader.as_ref().map(|a| a.as_str().to_owned()))
     };
     if !serving {
-        let body = ErrorBody { error: "not the leader".into(), leader: Some(leader) };
+        let leader_admin = s.cluster.as_ref().map(|c| c.leader_admin()).filter(|_| leader.is_some());
+        let body = ErrorBody {
+            error: "not the leader".into(),
+            leader: Some(leader),
+            leader_admin: Some(leader_admin.flatten()),
+        };
         return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
     }
     match s.manager.lock_info(k).await {
         Ok(info) => Json(LockBody { key, info }).into_response(),
         Err(e) => {
-            (StatusCode::SERVICE_UNAVAILABLE, Json(ErrorBody { error: e.to_string(), leader: None })).into_response()
+            let body = ErrorBody { error: e.to_string(), leader: None, leader_admin: None };
+            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
         }
     }
 }

@@ -181,6 +181,9 @@ pub struct Cli {
     /// Raft election timeout upper bound, ms.
     #[arg(long, env = "TICKETING_ELECTION_TIMEOUT_MAX_MS", value_name = "MS")]
     pub election_timeout_max_ms: Option<u64>,
+    /// The leader commits a `Tick` after this many ms without any other commit (domain time), ms.
+    #[arg(long, env = "TICKETING_TICK_MS", value_name = "MS")]
+    pub tick_ms: Option<u64>,
 }
 
 /// `peers` in the TOML file: a list or one comma-separated string.
@@ -243,6 +246,9 @@ pub struct Limits {
     pub max_write_buffer_bytes: usize,
     /// Peer-port connections; over it → `E overloaded`, closed.
     pub max_peer_connections: usize,
+    /// Domain time (docs/protocol.md, "Domain time"): the leader commits a
+    /// `Tick` after this many ms without any other commit.
+    pub tick_ms: u64,
 }
 
 impl Default for Limits {
@@ -255,6 +261,7 @@ impl Default for Limits {
             max_connections: 10_000,
             max_write_buffer_bytes: 1024 * 1024,
             max_peer_connections: 64,
+            tick_ms: 500,
         }
     }
 }
@@ -447,6 +454,7 @@ impl Config {
             ("heartbeat_ms", d.heartbeat_ms.to_string()),
             ("election_timeout_min_ms", d.election_timeout_min_ms.to_string()),
             ("election_timeout_max_ms", d.election_timeout_max_ms.to_string()),
+            ("tick_ms", d.limits.tick_ms.to_string()),
         ];
         let mut cmd = Cli::command();
         for (id, value) in defaults {
@@ -526,7 +534,11 @@ impl Config {
             max_connections: cli.max_connections.unwrap_or(dl.max_connections),
             max_write_buffer_bytes: cli.max_write_buffer_bytes.unwrap_or(dl.max_write_buffer_bytes),
             max_peer_connections: cli.max_peer_connections.unwrap_or(dl.max_peer_connections),
+            tick_ms: cli.tick_ms.unwrap_or(dl.tick_ms),
         };
+        if !(10..=60_000).contains(&limits.tick_ms) {
+            return Err(invalid("--tick-ms", format!("must be in 10-60000 ms, got {}", limits.tick_ms)));
+        }
 
         const MAX_LIMIT: usize = 1 << 30;
         for (name, value) in [
@@ -762,5 +774,22 @@ mod tests {
         );
         assert!(Cli::try_parse_from(["ticketing-server", "--max-waiters", "-1"]).is_err());
         assert!(Cli::try_parse_from(["ticketing-server", "--client-token", "x"]).is_err());
+    }
+
+    #[test]
+    fn tick_ms_from_flag_and_file_and_its_range() {
+        assert_eq!(Config::resolve(cli(&[])).unwrap().limits.tick_ms, 500);
+        assert_eq!(Config::resolve(cli(&["--tick-ms", "120"])).unwrap().limits.tick_ms, 120);
+        let p = tmp("tick.toml", "tick-ms = 250\n");
+        assert_eq!(Config::resolve(cli(&["--config", p.to_str().unwrap()])).unwrap().limits.tick_ms, 250);
+        for bad in ["0", "9", "60001"] {
+            assert!(
+                matches!(
+                    Config::resolve(cli(&["--tick-ms", bad])),
+                    Err(ConfigError::Invalid { setting: "--tick-ms", .. })
+                ),
+                "{bad}"
+            );
+        }
     }
 }

@@ -66,6 +66,8 @@ enum End {
 /// The state of one client connection (its task owns it).
 struct ClientConn<'a> {
     id: ConnId,
+    /// The client's address, shown for its waiters in `/locks/<key>`.
+    peer: String,
     ctx: &'a ConnContext,
     snonce: Hex32,
     authed: bool,
@@ -83,6 +85,7 @@ struct ClientConn<'a> {
 pub async fn serve<S>(
     stream: S,
     id: ConnId,
+    peer: std::net::SocketAddr,
     ctx: &ConnContext,
     handshake_deadline: Instant,
     mut shutdown: broadcast::Receiver<()>,
@@ -94,6 +97,7 @@ pub async fn serve<S>(
     let snonce = auth::nonce(&mut rand_core::OsRng);
     let mut conn = ClientConn {
         id,
+        peer: peer.to_string(),
         ctx,
         snonce,
         authed: false,
@@ -314,7 +318,10 @@ impl ClientConn<'_> {
         let read_at = Instant::now();
         let id = match &frame {
             ClientFrame::Auth { .. } => return Some(End::Fatal(ServerFrame::error(ErrorCode::BadFrame))),
-            ClientFrame::Acquire { id, .. } | ClientFrame::Release { id, .. } | ClientFrame::Ping { id } => *id,
+            ClientFrame::Acquire { id, .. }
+            | ClientFrame::Release { id, .. }
+            | ClientFrame::Query { id, .. }
+            | ClientFrame::Ping { id } => *id,
         };
         if self.in_flight.contains(&id) {
             return Some(End::Fatal(ServerFrame::error(ErrorCode::DuplicateId)));
@@ -337,6 +344,7 @@ impl ClientConn<'_> {
                 ManagerRequest::Acquire { conn, id, key, owner, wait, lease, read_at }
             }
             ClientFrame::Release { id, key, owner, token } => ManagerRequest::Release { conn, id, key, owner, token },
+            ClientFrame::Query { id, key, owner } => ManagerRequest::Holds { conn, id, key, owner },
             ClientFrame::Auth { .. } | ClientFrame::Ping { .. } => unreachable!("handled above"),
         };
         self.in_flight.insert(id);
@@ -360,7 +368,7 @@ impl ClientConn<'_> {
         let smac = auth::mac(token, Label::Server, &self.snonce, &cnonce);
         let role = if l.serving { Role::Leader } else { Role::Follower };
         self.send(&ServerFrame::Ok { role, smac });
-        let req = ManagerRequest::Register { conn: self.id, tx: self.deliveries_tx.clone() };
+        let req = ManagerRequest::Register { conn: self.id, tx: self.deliveries_tx.clone(), client: self.peer.clone() };
         if self.ctx.manager.send(req).await.is_err() {
             return Some(End::Fatal(ServerFrame::error(ErrorCode::Internal)));
         }

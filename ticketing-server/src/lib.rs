@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod config;
 pub mod conn;
 pub mod gencerts;
+pub mod domain_time;
 pub mod listener;
 pub mod locks;
 pub mod manager;

@@ -83,8 +83,8 @@ impl Listener {
                     let _gauge = ConnGauge::new(&ctx.manager);
                     debug!("accepted");
                     match handshake_tls(tls, socket, deadline).await {
-                        Some(Either::Plain(s)) => conn::serve(s, id, &ctx, deadline, shutdown).await,
-                        Some(Either::Tls(s)) => conn::serve(*s, id, &ctx, deadline, shutdown).await,
+                        Some(Either::Plain(s)) => conn::serve(s, id, peer, &ctx, deadline, shutdown).await,
+                        Some(Either::Tls(s)) => conn::serve(*s, id, peer, &ctx, deadline, shutdown).await,
                         // The TLS stage of the handshake ran out of time.
                         None if Instant::now() >= deadline => {
                             ctx.manager.metrics().limits.client_handshake_timeouts.inc();

@@ -2,12 +2,13 @@
 //! release or an expiry takes effect.
 //!
 //! [`LockState::apply`] is pure and deterministic: it reads no clock (the
-//! proposing leader's wall-clock microseconds travel inside the command) and
-//! gives the same [`Applied`] on every node for the same sequence of
-//! commands. Standalone mode applies commands directly; cluster mode applies
+//! proposing leader's wall-clock microseconds and its domain time `dt` travel
+//! inside the command) and gives the same [`Applied`] on every node for the
+//! same sequence of commands. Standalone mode applies commands directly; cluster mode applies
 //! the same commands after Raft commits them. Waiters, wait timers and lease
-//! timers are leader-local and live in `manager`; only holders and the token
-//! counter are replicated.
+//! timers are leader-local and live in `manager`; only holders (with the
+//! domain time of their grant), the token counter and the largest applied
+//! domain time are replicated (docs/protocol.md, "Domain time").
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -23,8 +24,10 @@ pub struct NextHolder {
     pub lease_s: u8,
 }
 
-/// A replicated command. Every variant carries the proposing leader's wall
-/// clock (`micros` since the Unix epoch) for the token rule of docs/protocol.md §6.
+/// A replicated command. Every variant carries the proposing leader's domain
+/// time `dt` (ms, docs/protocol.md "Domain time"); those that can issue a
+/// token also carry its wall clock (`micros` since the Unix epoch) for the
+/// token rule of docs/protocol.md §6.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Command {
     /// Grant a free key.
@@ -37,6 +40,8 @@ pub enum Command {
         lease_s: u8,
         /// Proposer's wall clock, µs since the epoch.
         micros: u64,
+        /// Proposer's domain time, ms.
+        dt: u64,
     },
     /// Release the exact grant `(owner, token)` and hand over to `next`.
     Release {
@@ -50,6 +55,8 @@ pub enum Command {
         next: Option<NextHolder>,
         /// Proposer's wall clock, µs since the epoch.
         micros: u64,
+        /// Proposer's domain time, ms.
+        dt: u64,
     },
     /// The lease of the exact grant `(owner, token)` ended; hand over to `next`.
     Expire {
@@ -63,14 +70,34 @@ pub enum Command {
         next: Option<NextHolder>,
         /// Proposer's wall clock, µs since the epoch.
         micros: u64,
+        /// Proposer's domain time, ms.
+        dt: u64,
+    },
+    /// Nothing but the domain time: committed after `--tick-ms` without any
+    /// other commit, so a new leader's domain time starts at most one tick
+    /// (plus the failover) behind.
+    Tick {
+        /// Proposer's domain time, ms.
+        dt: u64,
     },
 }
 
 impl Command {
-    /// The key the command is about.
-    pub fn key(&self) -> &Key {
+    /// The key the command is about (`None` for a `Tick`).
+    pub fn key(&self) -> Option<&Key> {
         match self {
-            Command::Grant { key, .. } | Command::Release { key, .. } | Command::Expire { key, .. } => key,
+            Command::Grant { key, .. } | Command::Release { key, .. } | Command::Expire { key, .. } => Some(key),
+            Command::Tick { .. } => None,
+        }
+    }
+
+    /// The proposer's domain time, ms.
+    pub fn dt(&self) -> u64 {
+        match self {
+            Command::Grant { dt, .. }
+            | Command::Release { dt, .. }
+            | Command::Expire { dt, .. }
+            | Command::Tick { dt } => *dt,
         }
     }
 }
@@ -95,6 +122,8 @@ pub enum Applied {
     },
     /// `Release`/`Expire` did not match the current holder: nothing changed.
     NotHolder,
+    /// `Tick`: only the domain time moved.
+    Ticked,
 }
 
 /// The holder of a key.
@@ -104,15 +133,28 @@ pub struct Holder {
     pub owner: Owner,
     /// Token of the grant.
     pub token: Token,
-    /// Lease of the grant, whole seconds (a new leader restarts it at full length).
+    /// Lease of the grant, whole seconds.
     pub lease_s: u8,
+    /// Domain time (ms) of the command that granted it: the lease ends at
+    /// domain time `granted_dt + lease_s × 1000`, on whichever leader serves then.
+    pub granted_dt: u64,
 }
 
-/// The replicated lock state: holders and the domain's token counter.
+impl Holder {
+    /// The domain time (ms) at which the lease ends.
+    pub fn end_dt(&self) -> u64 {
+        self.granted_dt.saturating_add(u64::from(self.lease_s) * 1000)
+    }
+}
+
+/// The replicated lock state: holders, the domain's token counter and the
+/// largest domain time applied.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockState {
     last_token: u64,
     held: HashMap<Key, Holder>,
+    /// The largest `dt` applied (ms); a new leader's domain time starts here.
+    dt: u64,
 }
 
 impl LockState {
@@ -124,6 +166,11 @@ impl LockState {
     /// The last token issued (0 before the first grant).
     pub fn last_token(&self) -> u64 {
         self.last_token
+    }
+
+    /// The largest domain time applied (ms; 0 before the first command).
+    pub fn domain_time(&self) -> u64 {
+        self.dt
     }
 
     /// The current holder of `key`.
@@ -151,32 +198,36 @@ impl LockState {
         Some(token)
     }
 
-    fn hand_over(&mut self, key: &Key, next: &Option<NextHolder>, micros: u64) -> Option<Token> {
+    fn hand_over(&mut self, key: &Key, next: &Option<NextHolder>, micros: u64, dt: u64) -> Option<Token> {
         let next = next.as_ref()?;
         let token = self.next_token(micros)?;
-        self.held.insert(key.clone(), Holder { owner: next.owner.clone(), token, lease_s: next.lease_s });
+        let holder = Holder { owner: next.owner.clone(), token, lease_s: next.lease_s, granted_dt: dt };
+        self.held.insert(key.clone(), holder);
         Some(token)
     }
 
     /// Applies one command. Deterministic: depends only on the state and the command.
     pub fn apply(&mut self, cmd: &Command) -> Applied {
+        self.dt = self.dt.max(cmd.dt());
         match cmd {
-            Command::Grant { key, owner, lease_s, micros } => {
+            Command::Tick { .. } => Applied::Ticked,
+            Command::Grant { key, owner, lease_s, micros, dt } => {
                 if self.held.contains_key(key) {
                     return Applied::AlreadyHeld;
                 }
                 let Some(token) = self.next_token(*micros) else { return Applied::AlreadyHeld };
-                self.held.insert(key.clone(), Holder { owner: owner.clone(), token, lease_s: *lease_s });
+                let holder = Holder { owner: owner.clone(), token, lease_s: *lease_s, granted_dt: *dt };
+                self.held.insert(key.clone(), holder);
                 Applied::Granted(token)
             }
-            Command::Release { key, owner, token, next, micros }
-            | Command::Expire { key, owner, token, next, micros } => {
+            Command::Release { key, owner, token, next, micros, dt }
+            | Command::Expire { key, owner, token, next, micros, dt } => {
                 match self.held.get(key) {
                     Some(h) if h.owner == *owner && h.token == *token => {}
                     _ => return Applied::NotHolder,
                 }
                 self.held.remove(key);
-                let handed_over = self.hand_over(key, next, *micros);
+                let handed_over = self.hand_over(key, next, *micros, *dt);
                 if matches!(cmd, Command::Release { .. }) {
                     Applied::Released { handed_over }
                 } else {
@@ -200,7 +251,7 @@ mod tests {
         Owner::new(s.to_owned()).unwrap()
     }
     fn grant(key: &str, owner: &str, micros: u64) -> Command {
-        Command::Grant { key: k(key), owner: o(owner), lease_s: 5, micros }
+        Command::Grant { key: k(key), owner: o(owner), lease_s: 5, micros, dt: 0 }
     }
 
     #[test]
@@ -211,6 +262,27 @@ mod tests {
         assert_eq!(s.apply(&grant("b", "o2", 10)), Applied::Granted(Token::new(1001).unwrap()));
         assert_eq!(s.apply(&grant("c", "o3", 5000)), Applied::Granted(Token::new(5000).unwrap()));
         assert_eq!(s.last_token(), 5000);
+    }
+
+    #[test]
+    fn grants_record_their_domain_time_and_the_state_keeps_the_largest() {
+        let mut s = LockState::new();
+        let g = Command::Grant { key: k("a"), owner: o("o1"), lease_s: 10, micros: 1, dt: 5_000 };
+        let Applied::Granted(t1) = s.apply(&g) else { panic!() };
+        assert_eq!(s.holder(&k("a")).unwrap().granted_dt, 5_000);
+        assert_eq!(s.holder(&k("a")).unwrap().end_dt(), 15_000);
+        assert_eq!(s.apply(&Command::Tick { dt: 5_500 }), Applied::Ticked);
+        // A proposal that was overtaken in the log does not move the time back.
+        assert_eq!(s.apply(&Command::Tick { dt: 5_400 }), Applied::Ticked);
+        assert_eq!(s.domain_time(), 5_500);
+        let next = Some(NextHolder { owner: o("o2"), lease_s: 3 });
+        let r = Command::Release { key: k("a"), owner: o("o1"), token: t1, next, micros: 2, dt: 6_000 };
+        assert!(matches!(s.apply(&r), Applied::Released { handed_over: Some(_) }));
+        let h = s.holder(&k("a")).unwrap();
+        assert_eq!((h.granted_dt, h.end_dt()), (6_000, 9_000), "a hand-over is granted at the release's time");
+        let snap: LockState = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(snap, s);
+        assert_eq!(snap.domain_time(), 6_000, "snapshots carry the domain time");
     }
 
     #[test]
@@ -227,13 +299,13 @@ mod tests {
         let mut s = LockState::new();
         let Applied::Granted(t1) = s.apply(&grant("a", "o1", 1)) else { panic!() };
         let next = Some(NextHolder { owner: o("o2"), lease_s: 9 });
-        let r = Command::Release { key: k("a"), owner: o("o1"), token: t1, next: next.clone(), micros: 1 };
+        let r = Command::Release { key: k("a"), owner: o("o1"), token: t1, next: next.clone(), micros: 1, dt: 0 };
         let Applied::Released { handed_over: Some(t2) } = s.apply(&r) else { panic!() };
         assert!(t2 > t1);
-        assert_eq!(s.holder(&k("a")).unwrap(), &Holder { owner: o("o2"), token: t2, lease_s: 9 });
+        assert_eq!(s.holder(&k("a")).unwrap(), &Holder { owner: o("o2"), token: t2, lease_s: 9, granted_dt: 0 });
         // the same release again does not match any more, and an expiry of the old grant neither
         assert_eq!(s.apply(&r), Applied::NotHolder);
-        let e = Command::Expire { key: k("a"), owner: o("o1"), token: t1, next: None, micros: 1 };
+        let e = Command::Expire { key: k("a"), owner: o("o1"), token: t1, next: None, micros: 1, dt: 0 };
         assert_eq!(s.apply(&e), Applied::NotHolder);
         assert_eq!(s.holder(&k("a")).unwrap().token, t2);
     }
@@ -244,13 +316,13 @@ mod tests {
         let Applied::Granted(t) = s.apply(&grant("a", "o1", 1)) else { panic!() };
         let other = Token::new(t.get() + 1).unwrap();
         for cmd in [
-            Command::Release { key: k("a"), owner: o("o2"), token: t, next: None, micros: 0 },
-            Command::Release { key: k("a"), owner: o("o1"), token: other, next: None, micros: 0 },
-            Command::Release { key: k("b"), owner: o("o1"), token: t, next: None, micros: 0 },
+            Command::Release { key: k("a"), owner: o("o2"), token: t, next: None, micros: 0, dt: 0 },
+            Command::Release { key: k("a"), owner: o("o1"), token: other, next: None, micros: 0, dt: 0 },
+            Command::Release { key: k("b"), owner: o("o1"), token: t, next: None, micros: 0, dt: 0 },
         ] {
             assert_eq!(s.apply(&cmd), Applied::NotHolder);
         }
-        let e = Command::Expire { key: k("a"), owner: o("o1"), token: t, next: None, micros: 0 };
+        let e = Command::Expire { key: k("a"), owner: o("o1"), token: t, next: None, micros: 0, dt: 0 };
         assert_eq!(s.apply(&e), Applied::Expired { handed_over: None });
         assert_eq!(s.held_count(), 0);
     }
@@ -267,6 +339,7 @@ mod tests {
     /// holder's grant (so releases and expiries do match) and a stale one.
     #[derive(Debug, Clone)]
     enum Step {
+        Tick { dt: u64 },
         Grant { key: u8, owner: u8, lease_s: u8, micros: u64 },
         Release { key: u8, pick: u8, next: Option<(u8, u8)>, micros: u64 },
         Expire { key: u8, pick: u8, next: Option<(u8, u8)>, micros: u64 },
@@ -276,6 +349,7 @@ mod tests {
         let micros = prop_oneof![0..2000u64, Just(u64::MAX), any::<u64>()];
         let next = proptest::option::of((0..3u8, MIN_LEASE..=MAX_LEASE));
         prop_oneof![
+            (0..100_000u64).prop_map(|dt| Step::Tick { dt }),
             (0..4u8, 0..3u8, MIN_LEASE..=MAX_LEASE, micros.clone())
                 .prop_map(|(key, owner, lease_s, micros)| Step::Grant { key, owner, lease_s, micros }),
             (0..4u8, any::<u8>(), next.clone(), micros.clone()).prop_map(|(key, pick, next, micros)| Step::Release {
@@ -304,17 +378,20 @@ mod tests {
             (None, _) => (owner(pick % 3), Token::new(u64::from(pick) + 1).unwrap()),
         };
         let next = |n: &Option<(u8, u8)>| n.map(|(o, lease_s)| NextHolder { owner: owner(o), lease_s });
+        // A domain time that jumps around (leader changes, reordered proposals).
+        let dt = |micros: &u64| micros % 100_000;
         match step {
+            Step::Tick { dt } => Command::Tick { dt: *dt },
             Step::Grant { key: n, owner: w, lease_s, micros } => {
-                Command::Grant { key: key(*n), owner: owner(*w), lease_s: *lease_s, micros: *micros }
+                Command::Grant { key: key(*n), owner: owner(*w), lease_s: *lease_s, micros: *micros, dt: dt(micros) }
             }
             Step::Release { key: n, pick, next: nx, micros } => {
                 let (owner, token) = grant_of(*n, *pick);
-                Command::Release { key: key(*n), owner, token, next: next(nx), micros: *micros }
+                Command::Release { key: key(*n), owner, token, next: next(nx), micros: *micros, dt: dt(micros) }
             }
             Step::Expire { key: n, pick, next: nx, micros } => {
                 let (owner, token) = grant_of(*n, *pick);
-                Command::Expire { key: key(*n), owner, token, next: next(nx), micros: *micros }
+                Command::Expire { key: key(*n), owner, token, next: next(nx), micros: *micros, dt: dt(micros) }
             }
         }
     }
@@ -354,6 +431,12 @@ mod tests {
             prop_assert_eq!(&a, &b);
             prop_assert_eq!(&a, &leader);
             prop_assert_eq!(a.last_token(), last);
+            // The domain time is the largest dt applied, and every holder's
+            // grant time is one that was applied.
+            prop_assert_eq!(a.domain_time(), cmds.iter().map(Command::dt).max().unwrap_or(0));
+            for (_, h) in a.holders() {
+                prop_assert!(h.granted_dt <= a.domain_time());
+            }
         }
     }
 }

@@ -36,7 +36,7 @@ pub struct Leadership {
     /// The current leader's client address, if known (this node's own when serving).
     pub leader: Option<Addr>,
     /// Increases every time this node becomes the serving leader; the manager
-    /// restarts every held lease at full length when it changes.
+    /// restarts its domain clock (docs/protocol.md, "Domain time") when it changes.
     pub epoch: u64,
 }
 
@@ -86,6 +86,16 @@ impl dyn Replicator {
     pub fn applied_holders(&self) -> Vec<(Key, Holder)> {
         let mut out = Vec::new();
         self.with_applied(&mut |s| out = s.holders().map(|(k, h)| (k.clone(), h.clone())).collect());
+        out
+    }
+
+    /// The largest applied domain time and every applied holder, read
+    /// together (a new leader starts its domain clock from them).
+    pub fn applied_holders_at(&self) -> (u64, Vec<(Key, Holder)>) {
+        let mut out = (0, Vec::new());
+        self.with_applied(&mut |s| {
+            out = (s.domain_time(), s.holders().map(|(k, h)| (k.clone(), h.clone())).collect());
+        });
         out
     }
 

@@ -3,6 +3,7 @@
 //! ```text
 //! ticketing [--addr HOST:PORT]... [--token-file F] [--tls MODE] [--tls-client-cert F --tls-client-key F] lock KEY --wait S --lease S [--budget S] -- CMD ARGS...
 //! ticketing [--addr HOST:PORT]... [--token-file F] [--tls MODE] [--tls-client-cert F --tls-client-key F] ping [--timeout S]
+//! ticketing locks KEY --admin HOST:PORT
 //! ```
 //!
 //! Exit codes (also in `docs/client.md`): CMD's own status once it ran, else
@@ -11,6 +12,9 @@
 //! time, 79 the lease ran out while CMD ran (CMD got SIGTERM), 80 auth failed,
 //! 126 CMD could not be run, 127 CMD not found.
 #![forbid(unsafe_code)]
+
+#[path = "../cli_locks.rs"]
+mod locks;
 
 use clap::{Args, Parser, Subcommand};
 use nix::sys::signal::{kill, Signal};
@@ -78,6 +82,18 @@ enum Command {
     Lock(LockArgs),
     /// Connect, wait until a request could be routed, report the leader and the time it took.
     Ping(PingArgs),
+    /// Who holds KEY and who waits for it, in FIFO order (owner prefixes only),
+    /// from the leader's admin HTTP (a follower's is followed to the leader's).
+    Locks(LocksArgs),
+}
+
+#[derive(Debug, Args)]
+struct LocksArgs {
+    /// The lock's key.
+    key: String,
+    /// Admin HTTP address (a server's --admin-listen) host:port.
+    #[arg(long, value_name = "HOST:PORT")]
+    admin: String,
 }
 
 #[derive(Debug, Args)]
@@ -132,6 +148,19 @@ fn seconds(name: &str, v: f64) -> Result<Duration, u8> {
 }
 
 async fn run(cli: Cli) -> u8 {
+    if let Command::Locks(args) = &cli.command {
+        return match locks::fetch(&args.admin, &args.key).await {
+            Ok(v) => {
+                print!("{}", locks::table(&args.key, &v));
+                code::OK
+            }
+            Err(locks::Failure::Usage(m)) => usage(m),
+            Err(locks::Failure::Unavailable(m)) => {
+                eprintln!("ticketing: locks {}: {m}", args.key);
+                code::UNAVAILABLE
+            }
+        };
+    }
     let builder = match builder(&cli) {
         Ok(b) => b,
         Err(c) => return c,
@@ -141,7 +170,7 @@ async fn run(cli: Cli) -> u8 {
     // the lock, not at the socket; `ping` measures the connection itself.
     let broker = match cli.command {
         Command::Lock(_) => builder.connect().await,
-        Command::Ping(_) => builder.build(),
+        Command::Ping(_) | Command::Locks(_) => builder.build(),
     };
     let broker = match broker {
         Ok(b) => b,
@@ -150,6 +179,7 @@ async fn run(cli: Cli) -> u8 {
     let status = match cli.command {
         Command::Lock(args) => lock(&broker, args).await,
         Command::Ping(args) => ping(&broker, args).await,
+        Command::Locks(_) => code::INTERNAL, // answered above
     };
     broker.close().await;
     status

@@ -65,6 +65,10 @@ impl Broker {
             match answer {
                 Answer::Released => self.lane.answer(op, true),
                 Answer::NotHolder => self.lane.answer(op, false),
+                Answer::Held { token, .. } => {
+                    self.lane.held(op, token);
+                    self.dispatch(now);
+                }
                 _ => {}
             }
             self.drain_lane();
@@ -95,7 +99,7 @@ impl Broker {
             }
             Answer::Timeout => Ok(None),
             Answer::Busy => Err(Failure::Busy),
-            Answer::Released | Answer::NotHolder => Err(Failure::Indeterminate),
+            Answer::Released | Answer::NotHolder | Answer::Held { .. } => Err(Failure::Indeterminate),
         };
         self.events.push_back(BrokerEvent::Acquired { op, result });
     }

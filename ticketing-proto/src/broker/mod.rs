@@ -261,6 +261,19 @@ pub enum BrokerEvent {
         /// How it ended.
         outcome: Outcome,
     },
+    /// The resolution of an Indeterminate acquire ended (for logs): `Q`
+    /// answered `N` (`NotHolder`, `token` None), or `H` then the exact `R`
+    /// (`Released`/`NotHolder` with the token), or no answer in 5 s.
+    Resolved {
+        /// Key of the acquire.
+        key: Key,
+        /// Owner of the acquire.
+        owner: Owner,
+        /// The token `H` named, if it answered.
+        token: Option<Token>,
+        /// How it ended.
+        outcome: Outcome,
+    },
     /// A session ended (for logs).
     SessionEnded {
         /// The connection.

@@ -79,7 +79,7 @@ impl Broker {
     pub(super) fn on_session_closed(&mut self, now: Instant, slot: usize, conn: ConnId, closed: Closed) {
         self.free_slot(now, slot, conn, &closed.reason);
         self.requeue_unsent(closed.unsent);
-        self.fail_possibly_sent(conn, closed.possibly_sent);
+        self.fail_possibly_sent(now, conn, closed.possibly_sent);
         self.settle_waiting_after(now, &closed.reason);
         self.sync_lane_timer();
     }
@@ -124,7 +124,7 @@ impl Broker {
                         back.push(op);
                     }
                 }
-                Request::Release { .. } => self.lane.requeue(op, None),
+                Request::Release { .. } | Request::Query { .. } => self.lane.requeue(op, None),
             }
         }
         back.sort();
@@ -133,18 +133,21 @@ impl Broker {
         }
     }
 
-    /// Possibly written: acquires end Indeterminate (never resent), releases
-    /// are retried on another connection.
-    fn fail_possibly_sent(&mut self, conn: ConnId, possibly_sent: Vec<(OpId, Request)>) {
+    /// Possibly written: acquires end Indeterminate (never resent) and the
+    /// lane resolves them (`Q`, then the exact `R` on `H`); lane requests are
+    /// retried on another connection.
+    fn fail_possibly_sent(&mut self, now: Instant, conn: ConnId, possibly_sent: Vec<(OpId, Request)>) {
         for (op, req) in possibly_sent {
             match req {
-                Request::Acquire { .. } => {
+                Request::Acquire { key, owner, .. } => {
                     if self.ops.remove(&op).is_some() {
                         self.timers.clear(Timer::Budget(op));
                         self.events.push_back(BrokerEvent::Acquired { op, result: Err(Failure::Indeterminate) });
                     }
+                    // Also for a cancelled acquire (no longer in `ops`): it may have been granted.
+                    self.enqueue_resolve(now, key, owner);
                 }
-                Request::Release { .. } => self.lane.requeue(op, Some(conn)),
+                Request::Release { .. } | Request::Query { .. } => self.lane.requeue(op, Some(conn)),
             }
         }
     }

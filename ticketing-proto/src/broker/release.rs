@@ -52,6 +52,21 @@ impl Broker {
         self.sync_lane_timer();
     }
 
+    /// An acquire ended Indeterminate: the lane asks (`Q`) whether `owner`
+    /// holds `key` and releases the exact token on `H` (docs/client.md,
+    /// Release lane). Call `dispatch` afterwards.
+    pub(super) fn enqueue_resolve(&mut self, now: Instant, key: Key, owner: Owner) {
+        if self.phase == Phase::Closed {
+            self.events.push_back(BrokerEvent::Resolved { key, owner, token: None, outcome: Outcome::Unconfirmed });
+            return;
+        }
+        let op = self.alloc_op();
+        if self.lane.enqueue_query(now, op, key.clone(), owner.clone()).is_err() {
+            self.events.push_back(BrokerEvent::Resolved { key, owner, token: None, outcome: Outcome::Unconfirmed });
+        }
+        self.sync_lane_timer();
+    }
+
     pub(super) fn drain_lane(&mut self) {
         while let Some((id, entry, outcome)) = self.lane.poll_done() {
             match entry.purpose {
@@ -63,7 +78,17 @@ impl Broker {
                     };
                     self.events.push_back(BrokerEvent::Released { op: id, result });
                 }
-                purpose => self.events.push_back(BrokerEvent::LaneDone { grant: entry.grant, purpose, outcome }),
+                Purpose::Resolve => self.events.push_back(BrokerEvent::Resolved {
+                    key: entry.key,
+                    owner: entry.owner,
+                    token: entry.token,
+                    outcome,
+                }),
+                purpose => {
+                    if let Some(grant) = entry.grant() {
+                        self.events.push_back(BrokerEvent::LaneDone { grant, purpose, outcome });
+                    }
+                }
             }
         }
         self.maybe_finish_close();

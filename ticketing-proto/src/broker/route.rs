@@ -61,13 +61,22 @@ impl Broker {
         if self.phase == Phase::Closed {
             return;
         }
-        let queued: Vec<(OpId, ExactGrant, Vec<ConnId>)> =
-            self.lane.queued().map(|(id, e)| (id, e.grant.clone(), e.tried.clone())).collect();
+        let queued: Vec<(OpId, Request, Vec<ConnId>)> = self
+            .lane
+            .queued()
+            .map(|(id, e)| {
+                let (key, owner) = (e.key.clone(), e.owner.clone());
+                let req = match e.token {
+                    Some(token) => Request::Release { key, owner, token },
+                    None => Request::Query { key, owner },
+                };
+                (id, req, e.tried.clone())
+            })
+            .collect();
         let mut touched: Vec<usize> = Vec::new();
-        for (id, g, tried) in queued {
+        for (id, req, tried) in queued {
             let Some(slot) = self.pick(true, &tried) else { break };
             let Some(c) = self.slots[slot].conn.as_mut() else { continue };
-            let req = Request::Release { key: g.key, owner: g.owner, token: g.token };
             if c.session.send(now, id, req).is_ok() {
                 let conn = c.id;
                 self.lane.mark_sent(id, conn);

@@ -128,7 +128,8 @@ pub fn parse_client_line(line: &[u8]) -> Result<ClientFrame, FrameError> {
             token: parse_token(f[4])?,
         }),
         (b"P", 2) => Ok(ClientFrame::Ping { id: parse_id(f[1])? }),
-        (b"AUTH" | b"A" | b"R" | b"P", _) => Err(bad("wrong number of fields")),
+        (b"Q", 4) => Ok(ClientFrame::Query { id: parse_id(f[1])?, key: key(f[2])?, owner: owner(f[3])? }),
+        (b"AUTH" | b"A" | b"R" | b"P" | b"Q", _) => Err(bad("wrong number of fields")),
         _ => Err(bad("unknown frame type")),
     }
 }
@@ -192,11 +193,18 @@ pub fn parse_server_line(line: &[u8]) -> Result<ServerFrame, FrameError> {
         (b"B", 3) => Ok(ServerFrame::Busy { id: parse_id(f[1])?, key: key(f[2])? }),
         (b"R", 3) => Ok(ServerFrame::Released { id: parse_id(f[1])?, key: key(f[2])? }),
         (b"N", 3) => Ok(ServerFrame::NotHolder { id: parse_id(f[1])?, key: key(f[2])? }),
+        (b"H", 6) => Ok(ServerFrame::Held {
+            id: parse_id(f[1])?,
+            key: key(f[2])?,
+            owner: owner(f[3])?,
+            token: parse_token(f[4])?,
+            remaining_ms: u32::try_from(parse_u64(f[5])?).map_err(|_| bad("remaining_ms out of range"))?,
+        }),
         (b"P", 2) => Ok(ServerFrame::Pong { id: parse_id(f[1])? }),
         (b"M", 2) => Ok(ServerFrame::Moved { addr: addr(f[1])? }),
         (b"L", 2) => Ok(ServerFrame::Leader { addr: addr(f[1])? }),
         (b"E", _) => Err(bad("bad error frame")),
-        (b"TICKETING" | b"OK" | b"A" | b"T" | b"B" | b"R" | b"N" | b"P" | b"M" | b"L", _) => {
+        (b"TICKETING" | b"OK" | b"A" | b"T" | b"B" | b"R" | b"N" | b"H" | b"P" | b"M" | b"L", _) => {
             Err(bad("wrong number of fields"))
         }
         _ => Err(bad("unknown frame type")),

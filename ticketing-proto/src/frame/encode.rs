@@ -57,6 +57,12 @@ impl ClientFrame {
                 buf.put_u8(b'P');
                 put_num(buf, id.0);
             }
+            ClientFrame::Query { id, key, owner } => {
+                buf.put_u8(b'Q');
+                put_num(buf, id.0);
+                put_field(buf, key.as_bytes());
+                put_field(buf, owner.as_bytes());
+            }
         }
         buf.put_u8(b'\n');
     }
@@ -95,6 +101,14 @@ impl ServerFrame {
             ServerFrame::Busy { id, key } => put_id_key(buf, b'B', *id, key),
             ServerFrame::Released { id, key } => put_id_key(buf, b'R', *id, key),
             ServerFrame::NotHolder { id, key } => put_id_key(buf, b'N', *id, key),
+            ServerFrame::Held { id, key, owner, token, remaining_ms } => {
+                buf.put_u8(b'H');
+                put_num(buf, id.0);
+                put_field(buf, key.as_bytes());
+                put_field(buf, owner.as_bytes());
+                put_num(buf, token.get());
+                put_num(buf, u64::from(*remaining_ms));
+            }
             ServerFrame::Pong { id } => {
                 buf.put_u8(b'P');
                 put_num(buf, id.0);

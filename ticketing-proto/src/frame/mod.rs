@@ -98,6 +98,16 @@ pub enum ClientFrame {
         /// Request id.
         id: RequestId,
     },
+    /// `Q <id> <key> <owner>`: does `owner` hold `key`? Changes nothing
+    /// (docs/protocol.md §3.2).
+    Query {
+        /// Request id.
+        id: RequestId,
+        /// Lock key.
+        key: Key,
+        /// The owner asked about.
+        owner: Owner,
+    },
 }
 
 /// Frames a server sends (docs/protocol.md §3, §3.3).
@@ -149,12 +159,26 @@ pub enum ServerFrame {
         /// Echoed key.
         key: Key,
     },
-    /// `N <id> <key>`: not the current holder.
+    /// `N <id> <key>`: not the current holder (answers `R` and `Q`).
     NotHolder {
         /// Echoed request id.
         id: RequestId,
         /// Echoed key.
         key: Key,
+    },
+    /// `H <id> <key> <owner> <token> <remaining_ms>`: `owner` holds `key`
+    /// with `token`; its lease ends in `remaining_ms` (domain time). Answers `Q`.
+    Held {
+        /// Echoed request id.
+        id: RequestId,
+        /// Echoed key.
+        key: Key,
+        /// Echoed owner.
+        owner: Owner,
+        /// The holder's fencing token.
+        token: Token,
+        /// Milliseconds until the lease ends, by domain time.
+        remaining_ms: u32,
     },
     /// `P <id>`: pong.
     Pong {

@@ -205,6 +205,11 @@ mod props {
                 }
             }),
             any::<u64>().prop_map(|id| ClientFrame::Ping { id: RequestId(id) }),
+            (any::<u64>(), field(250), field(64)).prop_map(|(id, key, owner)| ClientFrame::Query {
+                id: RequestId(id),
+                key: k(&key),
+                owner: o(&owner)
+            }),
             (any::<[u8; 32]>(), any::<[u8; 32]>())
                 .prop_map(|(a, b)| ClientFrame::Auth { cnonce: Hex32(a), cmac: Hex32(b) }),
         ]
@@ -222,6 +227,15 @@ mod props {
                 }
             ),
             (any::<u64>(), field(250)).prop_map(|(id, key)| ServerFrame::Timeout { id: RequestId(id), key: k(&key) }),
+            (any::<u64>(), field(250), field(64), 1u64..TOKEN_LIMIT, any::<u32>()).prop_map(
+                |(id, key, owner, t, r)| ServerFrame::Held {
+                    id: RequestId(id),
+                    key: k(&key),
+                    owner: o(&owner),
+                    token: Token::new(t).unwrap(),
+                    remaining_ms: r
+                }
+            ),
             (any::<u64>(), field(250)).prop_map(|(id, key)| ServerFrame::NotHolder { id: RequestId(id), key: k(&key) }),
             field(255).prop_map(|a| ServerFrame::Leader { addr: Addr::new(a).unwrap() }),
             "[a-z_]{1,20}( [!-~]{1,10}( [!-~]{1,10}){0,3})?".prop_map(|s| {
@@ -276,4 +290,48 @@ fn error_text_with_stray_spaces_is_malformed() {
     }
     assert!(decode_server(b"E no_leader\n").unwrap().is_some());
     assert!(decode_server(b"E no_leader some text\n").unwrap().is_some());
+}
+
+#[test]
+fn query_and_held_bytes() {
+    let q = ClientFrame::Query { id: RequestId(12), key: k("seat-1"), owner: o("ab12") };
+    assert_eq!(&q.to_bytes()[..], b"Q 12 seat-1 ab12\n");
+    assert_eq!(client(b"Q 12 seat-1 ab12\n").unwrap(), Some((q, 17)));
+    let h = ServerFrame::Held {
+        id: RequestId(12),
+        key: k("seat-1"),
+        owner: o("ab12"),
+        token: Token::new(1700000000000001).unwrap(),
+        remaining_ms: 4321,
+    };
+    assert_eq!(&h.to_bytes()[..], b"H 12 seat-1 ab12 1700000000000001 4321\n");
+    assert_eq!(decode_server(b"H 12 seat-1 ab12 1700000000000001 4321\n").unwrap(), Some((h, 39)));
+    let zero = ServerFrame::Held {
+        id: RequestId(0),
+        key: k("k"),
+        owner: o("o"),
+        token: Token::new(1).unwrap(),
+        remaining_ms: 0,
+    };
+    assert_eq!(&zero.to_bytes()[..], b"H 0 k o 1 0\n");
+    // N answers a query as it answers a release: the same bytes.
+    assert_eq!(&ServerFrame::NotHolder { id: RequestId(12), key: k("seat-1") }.to_bytes()[..], b"N 12 seat-1\n");
+}
+
+#[test]
+fn query_and_held_malformed() {
+    for case in [&b"Q 1 k\n"[..], b"Q 1 k o x\n", b"Q 01 k o\n", b"Q 1 k  o\n", b"Q 1 k o \n", b"H 1 k o 1 0\n"] {
+        assert!(matches!(client(case), Err(FrameError::BadFrame(_))), "{:?}", String::from_utf8_lossy(case));
+    }
+    for case in [
+        &b"H 1 k o 1\n"[..],
+        b"H 1 k o 0 5\n",
+        b"H 1 k o 9223372036854775808 5\n",
+        b"H 1 k o 1 4294967296\n",
+        b"H 1 k o 1 05\n",
+        b"H 1 k o 1 -5\n",
+        b"Q 1 k o\n",
+    ] {
+        assert!(matches!(decode_server(case), Err(FrameError::BadFrame(_))), "{:?}", String::from_utf8_lossy(case));
+    }
 }

@@ -55,6 +55,13 @@ pub enum Request {
         /// Token of the grant.
         token: Token,
     },
+    /// `Q <id> <key> <owner>`: does `owner` hold `key`? (release lane only)
+    Query {
+        /// Key.
+        key: Key,
+        /// The owner asked about.
+        owner: Owner,
+    },
 }
 
 /// A definite answer to a request.
@@ -79,8 +86,15 @@ pub enum Answer {
     Busy,
     /// `R`: released.
     Released,
-    /// `N`: not the current holder.
+    /// `N`: not the current holder (answers a release or a query).
     NotHolder,
+    /// `H`: the queried owner holds the key with `token`.
+    Held {
+        /// The holder's token.
+        token: Token,
+        /// Milliseconds until its lease ends, by the leader's domain time.
+        remaining_ms: u32,
+    },
 }
 
 /// Why a session ended.

@@ -53,6 +53,19 @@ enum Timer {
     Answer(RequestId),
 }
 
+/// Which requests an answer may answer (docs/client.md, Response matching).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// `T`, `B`.
+    Acquire,
+    /// `R`.
+    Release,
+    /// `N`.
+    ReleaseOrQuery,
+    /// `H`.
+    Query,
+}
+
 #[derive(Debug, Clone)]
 enum Kind {
     Request(OpId, Request),
@@ -125,7 +138,7 @@ impl Session {
         self.acquires
     }
 
-    /// Releases in flight (registered, not answered).
+    /// Release-lane requests in flight (releases and queries; registered, not answered).
     pub fn pending_releases(&self) -> usize {
         self.releases
     }
@@ -157,6 +170,10 @@ impl Session {
             Request::Release { key, owner, token } => {
                 self.releases += 1;
                 ClientFrame::Release { id, key: key.clone(), owner: owner.clone(), token: *token }
+            }
+            Request::Query { key, owner } => {
+                self.releases += 1;
+                ClientFrame::Query { id, key: key.clone(), owner: owner.clone() }
             }
         };
         // Registration first, bytes second.
@@ -316,7 +333,7 @@ impl Session {
                 self.by_op.remove(op);
                 match req {
                     Request::Acquire { .. } => self.acquires -= 1,
-                    Request::Release { .. } => self.releases -= 1,
+                    Request::Release { .. } | Request::Query { .. } => self.releases -= 1,
                 }
             }
             Kind::Ping => self.ping_in_flight = false,
@@ -407,10 +424,22 @@ impl Session {
                     }
                 }
             }
-            ServerFrame::Timeout { id, key } => self.keyed_answer(id, &key, true, Answer::Timeout),
-            ServerFrame::Busy { id, key } => self.keyed_answer(id, &key, true, Answer::Busy),
-            ServerFrame::Released { id, key } => self.keyed_answer(id, &key, false, Answer::Released),
-            ServerFrame::NotHolder { id, key } => self.keyed_answer(id, &key, false, Answer::NotHolder),
+            ServerFrame::Timeout { id, key } => self.keyed_answer(id, &key, Class::Acquire, Answer::Timeout),
+            ServerFrame::Busy { id, key } => self.keyed_answer(id, &key, Class::Acquire, Answer::Busy),
+            ServerFrame::Released { id, key } => self.keyed_answer(id, &key, Class::Release, Answer::Released),
+            ServerFrame::NotHolder { id, key } => self.keyed_answer(id, &key, Class::ReleaseOrQuery, Answer::NotHolder),
+            ServerFrame::Held { id, key, owner, token, remaining_ms } => {
+                // H answers a query: id, op class, key and owner must match.
+                let ok = matches!(
+                    self.pending.get(&id),
+                    Some(Pending { kind: Kind::Request(_, Request::Query { key: k, owner: o }), written: true, .. })
+                        if *k == key && *o == owner
+                );
+                if !ok {
+                    return self.close(CloseReason::Protocol("held answer does not match a pending query"));
+                }
+                self.keyed_answer(id, &key, Class::Query, Answer::Held { token, remaining_ms })
+            }
             ServerFrame::Pong { id } => match self.pending.get(&id) {
                 Some(Pending { kind: Kind::Ping, written: true, .. }) => {
                     self.take_pending(id);
@@ -426,12 +455,15 @@ impl Session {
         }
     }
 
-    /// `T`/`B` (acquire) and `R`/`N` (release): id, op class and key must match.
-    fn keyed_answer(&mut self, id: RequestId, key: &Key, acquire: bool, answer: Answer) {
+    /// `T`/`B` (acquire), `R` (release), `N` (release or query), `H`
+    /// (query): id, op class and key must match.
+    fn keyed_answer(&mut self, id: RequestId, key: &Key, class: Class, answer: Answer) {
         let ok = match self.pending.get(&id) {
-            Some(Pending { kind: Kind::Request(_, req), written: true, .. }) => match req {
-                Request::Acquire { key: k, .. } => acquire && k == key,
-                Request::Release { key: k, .. } => !acquire && k == key,
+            Some(Pending { kind: Kind::Request(_, req), written: true, .. }) => match (req, class) {
+                (Request::Acquire { key: k, .. }, Class::Acquire) => k == key,
+                (Request::Release { key: k, .. }, Class::Release | Class::ReleaseOrQuery) => k == key,
+                (Request::Query { key: k, .. }, Class::Query | Class::ReleaseOrQuery) => k == key,
+                _ => false,
             },
             _ => false,
         };

@@ -329,3 +329,50 @@ fn answer_deadline_is_wait_plus_five() {
     assert_eq!(c.reason, CloseReason::AnswerTimeout);
     assert_eq!(c.possibly_sent.len(), 1);
 }
+
+#[test]
+fn query_answers_h_or_n_and_counts_as_a_lane_request() {
+    let mut h = Harness::ready("leader", TOKEN);
+    h.events.clear();
+    let q = |key: &str, owner: &str| Request::Query { key: k(key), owner: o(owner) };
+    h.s.send(h.at(2), OpId(1), q("k", "o1")).unwrap();
+    h.s.send(h.at(2), OpId(2), q("j", "o2")).unwrap();
+    assert_eq!(h.s.pending_releases(), 2);
+    assert_eq!(h.s.pending_acquires(), 0);
+    h.drain();
+    assert_eq!(h.take_wire(), "Q 1 k o1\nQ 2 j o2\n");
+    h.input(3, b"N 2 j\nH 1 k o1 1700000000000000 4200\n");
+    let answers: Vec<_> = h
+        .events
+        .iter()
+        .map(|e| match e {
+            SessionEvent::Answer { op, answer } => (op.0, answer.clone()),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let held = Answer::Held { token: Token::new(1700000000000000).unwrap(), remaining_ms: 4200 };
+    assert_eq!(answers, vec![(2, Answer::NotHolder), (1, held)]);
+    assert_eq!(h.s.pending_releases(), 0);
+}
+
+#[test]
+fn query_mismatches_are_session_fatal() {
+    for bad in [
+        &b"H 1 k o2 5 10\n"[..], // wrong owner
+        b"H 1 j o1 5 10\n",      // wrong key
+        b"H 9 k o1 5 10\n",      // unknown id
+        b"R 1 k\n",              // R never answers a query
+        b"T 1 k\n",              // wrong op class
+        b"N 1 j\n",              // wrong key on N
+    ] {
+        let mut h = Harness::ready("leader", TOKEN);
+        h.s.send(h.at(2), OpId(1), Request::Query { key: k("k"), owner: o("o1") }).unwrap();
+        h.drain();
+        h.input(3, bad);
+        let c = h.closed().unwrap_or_else(|| panic!("{:?} did not close", String::from_utf8_lossy(bad)));
+        assert_eq!(c.possibly_sent.len(), 1);
+    }
+    // H never answers an acquire or a release.
+    let c = fatal_after_acquire(b"H 1 k o1 5 10\n");
+    assert!(matches!(c.reason, CloseReason::Protocol(_)));
+}

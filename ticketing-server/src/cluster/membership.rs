@@ -46,6 +46,7 @@ pub fn status(node: &Node) -> PeerStatus {
         node_id: node.id,
         domain: node.domain(),
         client: node.client_addr.clone(),
+        admin: node.admin_addr.clone(),
         initialized,
         role: role.to_owned(),
         leader,
@@ -149,7 +150,7 @@ pub async fn bootstrap(node: Arc<Node>, pool: Arc<Pool>) -> Result<(), String> {
     }
     let members: BTreeMap<NodeId, NodeInfo> = statuses
         .iter()
-        .map(|(addr, s)| (s.node_id, NodeInfo { peer: addr.clone(), client: s.client.clone() }))
+        .map(|(addr, s)| (s.node_id, NodeInfo { peer: addr.clone(), client: s.client.clone(), admin: s.admin.clone() }))
         .collect();
     let raft = node.raft.get().ok_or("raft is not running")?;
     raft.initialize(members.clone()).await.map_err(|e| format!("cannot initialize the Raft group: {e}"))?;
@@ -188,8 +189,10 @@ pub async fn resolve_self(node: &Node, pool: &Pool) -> String {
 /// the rolling restart"), until it is one.
 pub async fn join_loop(node: Arc<Node>, pool: Arc<Pool>) {
     let me = resolve_self(&node, &pool).await;
-    let request =
-        JoinRequest { node_id: node.id, node: NodeInfo { peer: me.clone(), client: node.client_addr.clone() } };
+    let request = JoinRequest {
+        node_id: node.id,
+        node: NodeInfo { peer: me.clone(), client: node.client_addr.clone(), admin: node.admin_addr.clone() },
+    };
     let mut last_note = String::new();
     loop {
         if is_voter(&node, node.id) {

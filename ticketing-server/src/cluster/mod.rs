@@ -60,6 +60,9 @@ pub struct ClusterConfig {
     pub peer_tls: Arc<Current<Option<PeerTls>>>,
     /// This node's client address, announced in `M`/`L`.
     pub advertise: Addr,
+    /// This node's `--admin-listen`, shared with the peers (a follower's
+    /// `/locks/<key>` names the leader's).
+    pub admin: Option<String>,
     /// Raft heartbeat interval, ms.
     pub heartbeat_ms: u64,
     /// Raft election timeout lower bound, ms.
@@ -83,6 +86,7 @@ impl ClusterConfig {
             peer_tokens: material.peer_tokens.clone(),
             peer_tls: material.peer_tls.clone(),
             advertise,
+            admin: cfg.admin_listen.clone(),
             heartbeat_ms: cfg.heartbeat_ms,
             election_timeout_min_ms: cfg.election_timeout_min_ms,
             election_timeout_max_ms: cfg.election_timeout_max_ms,
@@ -152,6 +156,8 @@ pub struct Node {
     pub limits: peer::PeerLimits,
     /// This node's client address.
     pub client_addr: String,
+    /// This node's admin HTTP address (`--admin-listen`), if any.
+    pub admin_addr: Option<String>,
     /// `--peers`.
     pub peers: Vec<String>,
     /// `--peer-listen`.
@@ -302,6 +308,13 @@ impl ClusterReplicator {
         &self.raft
     }
 
+    /// The admin HTTP address of the leader this node knows, if it has one.
+    pub fn leader_admin(&self) -> Option<String> {
+        let m = self.raft.metrics().borrow().clone();
+        let leader = m.current_leader?;
+        m.membership_config.membership().get_node(&leader)?.admin.clone()
+    }
+
     /// The cluster state for `/status` and `/metrics`.
     pub async fn status(&self) -> ClusterStatus {
         let m = self.raft.metrics().borrow().clone();
@@ -365,6 +378,7 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
         tls: cfg.peer_tls.clone(),
         limits: cfg.limits.clone(),
         client_addr: cfg.advertise.as_str().to_owned(),
+        admin_addr: cfg.admin.clone(),
         peers: cfg.peers.clone(),
         peer_listen: cfg.peer_listen.clone(),
         domain: Mutex::new(None),

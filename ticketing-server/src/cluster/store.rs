@@ -250,8 +250,13 @@ mod tests {
     #[tokio::test]
     async fn applies_commands_and_round_trips_a_snapshot() {
         let mut sm = StateMachine::default();
-        let grant =
-            Command::Grant { key: Key::new("k").unwrap(), owner: Owner::new("o").unwrap(), lease_s: 5, micros: 100 };
+        let grant = Command::Grant {
+            key: Key::new("k").unwrap(),
+            owner: Owner::new("o").unwrap(),
+            lease_s: 5,
+            micros: 100,
+            dt: 0,
+        };
         let out =
             sm.apply(vec![entry(1, EntryPayload::Blank), entry(2, EntryPayload::Normal(grant.clone()))]).await.unwrap();
         assert_eq!(out, vec![None, Some(Applied::Granted(Token::new(100).unwrap()))]);

@@ -33,6 +33,10 @@ pub struct NodeInfo {
     pub peer: String,
     /// Client address announced in `M`/`L` (that node's `--advertise`).
     pub client: String,
+    /// That node's `--admin-listen`, if any: a follower's `/locks/<key>`
+    /// names the leader's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin: Option<String>,
 }
 
 impl fmt::Display for NodeInfo {

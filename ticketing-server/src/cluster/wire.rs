@@ -90,6 +90,9 @@ pub struct PeerStatus {
     pub domain: Option<DomainId>,
     /// Its client (advertise) address.
     pub client: String,
+    /// Its admin HTTP address (`--admin-listen`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin: Option<String>,
     /// Whether its Raft state is initialized (it is or was a member of a domain).
     pub initialized: bool,
     /// Its Raft role: `leader`, `follower`, `candidate`, `learner`, `shutdown`.

@@ -110,6 +110,10 @@ pub struct Metrics {
     pub busy: Counter,
     /// Proposals that failed (not leader, unknown outcome, shutdown).
     pub proposal_errors: Counter,
+    /// `Q` queries answered (`H` or `N`).
+    pub queries: Counter,
+    /// `Tick` commands committed (domain time).
+    pub ticks: Counter,
     /// Sum of `waited_ms` over all grants (`ticketing_grant_wait_ms_sum_total`).
     pub grant_wait_ms_sum: Counter,
     /// Time from reading an acquire to committing its grant (`ticketing_grant_wait_seconds`).
@@ -159,6 +163,8 @@ impl Metrics {
         let timeouts = counter(&mut registry, "timeouts", "Acquires answered T");
         let busy = counter(&mut registry, "busy", "Acquires answered B");
         let proposal_errors = counter(&mut registry, "proposal_errors", "Proposals that failed");
+        let queries = counter(&mut registry, "queries", "Q queries answered (H or N)");
+        let ticks = counter(&mut registry, "ticks", "Tick commands committed (domain time)");
         let grant_wait_ms_sum =
             counter(&mut registry, "grant_wait_ms_sum", "Sum of waited_ms over all grants (acquire to grant)");
         let grant_wait = Histogram::new(GRANT_WAIT_BUCKETS.into_iter());
@@ -198,6 +204,8 @@ impl Metrics {
             timeouts,
             busy,
             proposal_errors,
+            queries,
+            ticks,
             grant_wait_ms_sum,
             grant_wait,
             waiters,

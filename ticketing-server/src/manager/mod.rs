@@ -80,6 +80,8 @@ pub enum ManagerRequest {
         conn: ConnId,
         /// Its delivery queue.
         tx: mpsc::Sender<Delivery>,
+        /// The client's address (`ip:port`), shown for its waiters in `/locks/<key>`.
+        client: String,
     },
     /// `A <id> <key> <owner> <wait> <lease>`.
     Acquire {
@@ -97,6 +99,18 @@ pub enum ManagerRequest {
         lease: u8,
         /// When the server read the request (for `waited_ms` and the wait timer).
         read_at: Instant,
+    },
+    /// `Q <id> <key> <owner>`: answered `H` (that owner holds the key) or
+    /// `N`; changes nothing (docs/protocol.md §3.2).
+    Holds {
+        /// The connection.
+        conn: ConnId,
+        /// Request id.
+        id: RequestId,
+        /// Key.
+        key: Key,
+        /// The owner asked about.
+        owner: Owner,
     },
     /// `R <id> <key> <owner> <token>`.
     Release {
@@ -137,15 +151,38 @@ pub enum ManagerRequest {
     },
 }
 
+/// What `/locks/<key>` shows of an owner: its first 8 characters, and never
+/// more than half of it — owner and token together could release the lock,
+/// so the full owner never leaves the leader (docs/deployment.md, "Admin HTTP").
+pub fn owner_prefix(owner: &Owner) -> String {
+    let s = owner.as_str();
+    s[..(s.len() / 2).min(8)].to_owned()
+}
+
 /// The current holder of a key, as the leader projects it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct HolderInfo {
-    /// Owner of the grant.
-    pub owner: Owner,
+    /// The owner's prefix ([`owner_prefix`]), never the full owner.
+    pub owner_prefix: String,
     /// Its fencing token.
     pub token: Token,
-    /// Milliseconds until its lease ends (at the leader).
+    /// Milliseconds until its lease ends (at the leader, by domain time).
     pub remaining_ms: u64,
+    /// Domain time (ms) of the grant; the lease ends at `granted_dt + lease`.
+    pub granted_dt: u64,
+}
+
+/// One waiter of a key, as the leader projects it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WaiterInfo {
+    /// The owner's prefix ([`owner_prefix`]), never the full owner.
+    pub owner_prefix: String,
+    /// The waiting client's address (`ip:port`).
+    pub client: String,
+    /// Milliseconds since the server read its `A`.
+    pub waited_ms: u64,
+    /// Milliseconds until its `wait` ends (then it is answered `T`).
+    pub wait_left_ms: u64,
 }
 
 /// A read-only snapshot of one key (the body of `/locks/<key>`).
@@ -153,8 +190,10 @@ pub struct HolderInfo {
 pub struct LockInfo {
     /// The committed holder, if any (a grant still being committed is not shown).
     pub holder: Option<HolderInfo>,
-    /// Number of waiters in the key's queue.
-    pub waiters: usize,
+    /// Every waiter, in FIFO order (the head is granted next).
+    pub waiters: Vec<WaiterInfo>,
+    /// The leader's domain time (ms) when the snapshot was taken.
+    pub domain_time_ms: u64,
 }
 
 /// A cloneable handle to the manager task.

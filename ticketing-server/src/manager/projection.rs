@@ -9,7 +9,7 @@
 //! [`Projection::clear`]; a key's `live` count, `total_waiters` and the
 //! per-connection index only in `insert_waiter` and `take_waiter`.
 
-use super::{ConnId, HolderInfo, LockInfo, WaiterId};
+use super::{owner_prefix, ConnId, HolderInfo, LockInfo, WaiterId, WaiterInfo};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 use ticketing_proto::{Key, Owner, RequestId, Token};
@@ -50,6 +50,20 @@ pub struct Holding {
     pub deadline: Option<Instant>,
     /// Identifies this grant's lease timer.
     pub gen: LeaseGen,
+    /// Domain time (ms) of the grant (0 while it is being committed).
+    pub granted_dt: u64,
+}
+
+/// A `Q` waiting for the key's in-flight proposal (so a grant being
+/// committed is answered by its outcome, not `N`).
+#[derive(Debug, Clone)]
+pub struct QueuedQuery {
+    /// The connection that sent the `Q`.
+    pub conn: ConnId,
+    /// Its request id.
+    pub id: RequestId,
+    /// Owner named in the `Q`.
+    pub owner: Owner,
 }
 
 /// An `R` waiting for the key's in-flight proposal.
@@ -76,11 +90,13 @@ struct KeyState {
     busy: bool,
     /// Releases waiting for the in-flight proposal.
     releases: VecDeque<QueuedRelease>,
+    /// Queries waiting for the in-flight proposal.
+    queries: VecDeque<QueuedQuery>,
 }
 
 impl KeyState {
     fn is_idle(&self) -> bool {
-        self.holder.is_none() && self.live == 0 && !self.busy && self.releases.is_empty()
+        self.holder.is_none() && self.live == 0 && !self.busy && self.releases.is_empty() && self.queries.is_empty()
     }
 }
 
@@ -149,10 +165,17 @@ impl Projection {
         LeaseGen(self.next_gen)
     }
 
-    /// A committed holding whose lease runs `lease` seconds from `now`.
-    pub fn committed(&mut self, owner: Owner, token: Token, lease: u8, now: Instant) -> Holding {
+    /// A committed holding whose lease runs `lease` seconds from `now` (its
+    /// commit at this leader), granted at domain time `granted_dt`.
+    pub fn committed(&mut self, owner: Owner, token: Token, lease: u8, granted_dt: u64, now: Instant) -> Holding {
+        self.until(owner, token, granted_dt, now + Duration::from_secs(u64::from(lease)))
+    }
+
+    /// A committed holding whose lease ends at `deadline` (a lock a new
+    /// leader keeps until `granted_dt + lease` in domain time).
+    pub fn until(&mut self, owner: Owner, token: Token, granted_dt: u64, deadline: Instant) -> Holding {
         let gen = self.new_gen();
-        Holding { owner, token: Some(token), deadline: Some(now + Duration::from_secs(u64::from(lease))), gen }
+        Holding { owner, token: Some(token), deadline: Some(deadline), gen, granted_dt }
     }
 
     /// Sets (or clears) the holder of `key`: THE place `held` changes (with [`Projection::clear`]).
@@ -175,6 +198,16 @@ impl Projection {
     /// Queues an `R` behind the key's in-flight proposal.
     pub fn push_release(&mut self, key: &Key, r: QueuedRelease) {
         self.keys.entry(key.clone()).or_default().releases.push_back(r);
+    }
+
+    /// Queues a `Q` behind the key's in-flight proposal.
+    pub fn push_query(&mut self, key: &Key, q: QueuedQuery) {
+        self.keys.entry(key.clone()).or_default().queries.push_back(q);
+    }
+
+    /// Every queued `Q` of `key`, oldest first.
+    pub fn take_queries(&mut self, key: &Key) -> Vec<QueuedQuery> {
+        self.keys.get_mut(key).map(|ks| ks.queries.drain(..).collect()).unwrap_or_default()
     }
 
     /// The oldest queued `R` of `key`.
@@ -275,17 +308,32 @@ impl Projection {
     }
 
     /// The read-only view of `key` for `/locks/<key>` (a grant still being
-    /// committed shows no holder).
-    pub fn lock_info(&self, key: &Key, now: Instant) -> LockInfo {
+    /// committed shows no holder): the holder and every waiter in FIFO order,
+    /// with owner prefixes only; `client` names a waiter's connection.
+    pub fn lock_info(&self, key: &Key, now: Instant, client: &dyn Fn(ConnId) -> String) -> LockInfo {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let Some(ks) = self.keys.get(key) else { return LockInfo::default() };
         let holder = ks.holder.as_ref().and_then(|h| {
             Some(HolderInfo {
-                owner: h.owner.clone(),
+                owner_prefix: owner_prefix(&h.owner),
                 token: h.token?,
-                remaining_ms: u64::try_from(h.deadline?.saturating_duration_since(now).as_millis()).unwrap_or(u64::MAX),
+                remaining_ms: ms(h.deadline?.saturating_duration_since(now)),
+                granted_dt: h.granted_dt,
             })
         });
-        LockInfo { holder, waiters: ks.live }
+        let waiters = ks
+            .queue
+            .iter()
+            .filter_map(|wid| self.waiters.get(wid))
+            .filter(|w| w.key == *key)
+            .map(|w| WaiterInfo {
+                owner_prefix: owner_prefix(&w.owner),
+                client: client(w.conn),
+                waited_ms: ms(now.saturating_duration_since(w.read_at)),
+                wait_left_ms: ms(w.wait_until.saturating_duration_since(now)),
+            })
+            .collect();
+        LockInfo { holder, waiters, domain_time_ms: 0 }
     }
 
     /// Checks every counter against a recount (tests).
@@ -354,7 +402,7 @@ mod tests {
         assert!(p.remove_waiter(w1).is_none(), "a waiter is removed once");
         assert_eq!(p.remove_conn_waiters(ConnId(2)).len(), 1);
         p.check();
-        assert_eq!(p.lock_info(&k("a"), now), LockInfo::default());
+        assert_eq!(p.lock_info(&k("a"), now, &|_| String::new()), LockInfo::default());
         assert!(p.keys.is_empty(), "idle key kept");
     }
 
@@ -363,19 +411,56 @@ mod tests {
         let now = Instant::now();
         let mut p = Projection::new();
         let gen = p.new_gen();
-        p.set_holder(&k("a"), Some(Holding { owner: o("x"), token: None, deadline: None, gen }));
+        p.set_holder(&k("a"), Some(Holding { owner: o("x"), token: None, deadline: None, gen, granted_dt: 0 }));
         assert_eq!(p.held(), 1);
-        assert!(p.lock_info(&k("a"), now).holder.is_none(), "a grant in flight is not shown");
+        let none = |_| String::new();
+        assert!(p.lock_info(&k("a"), now, &none).holder.is_none(), "a grant in flight is not shown");
         let t = Token::new(7).unwrap();
-        let h = p.committed(o("x"), t, 3, now);
+        let h = p.committed(o("0123456789abcdef0123456789abcdef"), t, 3, 4_000, now);
         p.set_holder(&k("a"), Some(h));
         assert_eq!(p.held(), 1, "replacing a holder keeps the count");
-        let info = p.lock_info(&k("a"), now + Duration::from_secs(1));
-        assert_eq!(info.holder, Some(HolderInfo { owner: o("x"), token: t, remaining_ms: 2000 }));
+        let info = p.lock_info(&k("a"), now + Duration::from_secs(1), &none);
+        let want = HolderInfo { owner_prefix: "01234567".into(), token: t, remaining_ms: 2000, granted_dt: 4_000 };
+        assert_eq!(info.holder, Some(want));
         p.set_holder(&k("a"), None);
         p.set_holder(&k("zzz"), None);
         assert_eq!(p.held(), 0);
         p.check();
+    }
+
+    #[test]
+    fn lock_info_lists_waiters_in_fifo_order_with_prefixes_only() {
+        let now = Instant::now();
+        let mut p = Projection::new();
+        let owners = ["aaaaaaaa11111111", "bbbbbbbb22222222", "cccccccc33333333", "dd"];
+        let mut ids = Vec::new();
+        for (i, owner) in owners.iter().enumerate() {
+            let mut w = waiter(i as u64 + 1, i as u64, "a", now + Duration::from_millis(10 * i as u64));
+            w.owner = o(owner);
+            ids.push(p.enqueue(w));
+        }
+        p.remove_waiter(ids[1]);
+        let back = p.pop_head(&k("a")).unwrap();
+        p.requeue_front(back);
+        let client = |c: ConnId| format!("10.0.0.{}:999", c.0);
+        let info = p.lock_info(&k("a"), now + Duration::from_millis(100), &client);
+        let got: Vec<_> = info
+            .waiters
+            .iter()
+            .map(|w| (w.owner_prefix.as_str(), w.client.as_str(), w.waited_ms, w.wait_left_ms))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("aaaaaaaa", "10.0.0.1:999", 100, 9_900),
+                ("cccccccc", "10.0.0.3:999", 80, 9_920),
+                ("d", "10.0.0.4:999", 70, 9_930),
+            ]
+        );
+        let text = serde_json::to_string(&info).unwrap();
+        for owner in owners {
+            assert!(!text.contains(owner), "full owner {owner} in {text}");
+        }
     }
 
     #[test]
@@ -459,7 +544,8 @@ mod tests {
                     }
                     Op::Hold { key: n } => {
                         let gen = p.new_gen();
-                        p.set_holder(&key(n), Some(Holding { owner: o("h"), token: None, deadline: None, gen }));
+                        let h = Holding { owner: o("h"), token: None, deadline: None, gen, granted_dt: 0 };
+                        p.set_holder(&key(n), Some(h));
                     }
                     Op::Free { key: n } => {
                         p.set_holder(&key(n), None);

@@ -15,15 +15,17 @@ use tracing::{debug, warn};
 /// What a proposal was for, so its outcome can be routed.
 #[derive(Debug)]
 pub(super) enum Intent {
-    Grant(Waiter),
-    Release { conn: ConnId, id: RequestId, next: Option<Waiter> },
-    Expire { next: Option<Waiter> },
+    Grant(Waiter, u64),
+    Release { conn: ConnId, id: RequestId, next: Option<Waiter>, dt: u64 },
+    Expire { next: Option<Waiter>, dt: u64 },
+    Tick,
 }
 
 /// A finished proposal, reported back to the manager task.
 #[derive(Debug)]
 pub(super) struct Done {
-    key: Key,
+    /// `None` for a `Tick`.
+    key: Option<Key>,
     epoch: Option<u64>,
     intent: Intent,
     result: Result<Applied, ProposeError>,
@@ -39,9 +41,12 @@ fn next_holder(next: &Option<Waiter>) -> Option<NextHolder> {
 
 impl Manager {
     fn propose(&mut self, cmd: Command, intent: Intent) {
-        let key = cmd.key().clone();
-        self.proj.set_busy(&key, true);
+        let key = cmd.key().cloned();
+        if let Some(key) = &key {
+            self.proj.set_busy(key, true);
+        }
         self.in_flight += 1;
+        self.last_proposed = Instant::now();
         let fut = self.replicator.propose(cmd);
         let tx = self.done_tx.clone();
         let epoch = self.epoch;
@@ -60,23 +65,32 @@ impl Manager {
         }
     }
 
+    /// Proposes a `Tick`: only the domain time moves (docs/protocol.md, "Domain time").
+    pub(super) fn propose_tick(&mut self, now: Instant) {
+        self.tick_in_flight = true;
+        let dt = self.domain_now(now);
+        self.propose(Command::Tick { dt }, Intent::Tick);
+    }
+
     /// Re-reads one key's holder from the applied state (after a surprise or
-    /// an error); a holder found there gets a full-length lease from now.
+    /// an error); a holder found there gets a full-length lease from now
+    /// (conservative: its commit time at this leader is not known).
     fn resync_key(&mut self, key: &Key) {
         let holding = self
             .replicator
             .applied_holder(key)
-            .map(|h| self.proj.committed(h.owner, h.token, h.lease_s, Instant::now()));
+            .map(|h| self.proj.committed(h.owner, h.token, h.lease_s, h.granted_dt, Instant::now()));
         self.hold(key, holding);
     }
 
     /// Proposes a grant of a free key to `w` (the key counts as held meanwhile).
     pub(super) fn grant(&mut self, w: Waiter) {
         let gen = self.proj.new_gen();
-        self.hold(&w.key, Some(Holding { owner: w.owner.clone(), token: None, deadline: None, gen }));
+        self.hold(&w.key, Some(Holding { owner: w.owner.clone(), token: None, deadline: None, gen, granted_dt: 0 }));
+        let dt = self.domain_now(Instant::now());
         let cmd =
-            Command::Grant { key: w.key.clone(), owner: w.owner.clone(), lease_s: w.lease, micros: wall_micros() };
-        self.propose(cmd, Intent::Grant(w));
+            Command::Grant { key: w.key.clone(), owner: w.owner.clone(), lease_s: w.lease, micros: wall_micros(), dt };
+        self.propose(cmd, Intent::Grant(w, dt));
     }
 
     /// Starts the next proposal the key needs, if none is in flight: a due
@@ -86,14 +100,25 @@ impl Manager {
         if self.proj.is_busy(key) {
             return;
         }
+        // Queries that waited for the key's proposal see its outcome.
+        for q in self.proj.take_queries(key) {
+            self.answer_query(q.conn, q.id, key, &q.owner);
+        }
         let now = Instant::now();
+        let dt = self.domain_now(now);
         if let Some(Holding { owner, token: Some(token), deadline: Some(deadline), .. }) = self.proj.holder(key) {
             if *deadline <= now {
                 let (owner, token) = (owner.clone(), *token);
                 let next = self.proj.pop_head(key);
-                let cmd =
-                    Command::Expire { key: key.clone(), owner, token, next: next_holder(&next), micros: wall_micros() };
-                self.propose(cmd, Intent::Expire { next });
+                let cmd = Command::Expire {
+                    key: key.clone(),
+                    owner,
+                    token,
+                    next: next_holder(&next),
+                    micros: wall_micros(),
+                    dt,
+                };
+                self.propose(cmd, Intent::Expire { next, dt });
                 return;
             }
         }
@@ -106,8 +131,9 @@ impl Manager {
                 token: r.token,
                 next: next_holder(&next),
                 micros: wall_micros(),
+                dt,
             };
-            self.propose(cmd, Intent::Release { conn: r.conn, id: r.id, next });
+            self.propose(cmd, Intent::Release { conn: r.conn, id: r.id, next, dt });
             return;
         }
         if self.proj.holder(key).is_none() {
@@ -126,9 +152,9 @@ impl Manager {
         self.proj.remove_if_idle(key);
     }
 
-    fn granted(&mut self, w: Waiter, token: Token) {
+    fn granted(&mut self, w: Waiter, token: Token, dt: u64) {
         let now = Instant::now();
-        let holding = self.proj.committed(w.owner.clone(), token, w.lease, now);
+        let holding = self.proj.committed(w.owner.clone(), token, w.lease, dt, now);
         self.hold(&w.key, Some(holding));
         let waited = now.saturating_duration_since(w.read_at);
         let waited_ms = u32::try_from(waited.as_millis()).unwrap_or(u32::MAX);
@@ -139,9 +165,9 @@ impl Manager {
 
     /// After a committed release/expiry: the key goes to `next` (with the
     /// handed-over token) or becomes free.
-    fn handed_over(&mut self, key: &Key, next: Option<Waiter>, token: Option<Token>) {
+    fn handed_over(&mut self, key: &Key, next: Option<Waiter>, token: Option<Token>, dt: u64) {
         match (next, token) {
-            (Some(w), Some(t)) => self.granted(w, t),
+            (Some(w), Some(t)) => self.granted(w, t, dt),
             (next, _) => {
                 self.hold(key, None);
                 if let Some(w) = next {
@@ -156,6 +182,17 @@ impl Manager {
     pub(super) fn on_done(&mut self, done: Done) {
         self.in_flight -= 1;
         let Done { key, epoch, intent, result } = done;
+        let Some(key) = key else {
+            // A `Tick`: nothing to route.
+            self.tick_in_flight = false;
+            match result {
+                Ok(_) => {
+                    self.metrics.ticks.inc();
+                }
+                Err(e) => debug!(error = ?e, "tick not committed"),
+            }
+            return;
+        };
         if epoch != self.epoch || epoch.is_none() {
             // A proposal of an earlier term: its connections were closed and
             // the projection rebuilt since.
@@ -163,8 +200,8 @@ impl Manager {
         }
         self.proj.set_busy(&key, false);
         match (intent, result) {
-            (Intent::Grant(w), Ok(Applied::Granted(token))) => self.granted(w, token),
-            (Intent::Grant(w), Ok(other)) => {
+            (Intent::Grant(w, dt), Ok(Applied::Granted(token))) => self.granted(w, token, dt),
+            (Intent::Grant(w, _), Ok(other)) => {
                 debug!(key = %key, ?other, "grant found the key held; resyncing");
                 self.resync_key(&key);
                 if w.wait_until > w.read_at {
@@ -173,12 +210,12 @@ impl Manager {
                     self.time_out(w);
                 }
             }
-            (Intent::Release { conn, id, next }, Ok(Applied::Released { handed_over })) => {
+            (Intent::Release { conn, id, next, dt }, Ok(Applied::Released { handed_over })) => {
                 self.metrics.releases_released.inc();
                 self.reply(conn, id, ServerFrame::Released { id, key: key.clone() });
-                self.handed_over(&key, next, handed_over);
+                self.handed_over(&key, next, handed_over, dt);
             }
-            (Intent::Release { conn, id, next }, Ok(other)) => {
+            (Intent::Release { conn, id, next, .. }, Ok(other)) => {
                 self.metrics.releases_not_holder.inc();
                 self.reply(conn, id, ServerFrame::NotHolder { id, key: key.clone() });
                 if next.is_some() || !matches!(other, Applied::NotHolder) {
@@ -189,35 +226,38 @@ impl Manager {
                     self.put_back(w);
                 }
             }
-            (Intent::Expire { next }, Ok(Applied::Expired { handed_over })) => {
+            (Intent::Expire { next, dt }, Ok(Applied::Expired { handed_over })) => {
                 self.metrics.expiries.inc();
-                self.handed_over(&key, next, handed_over);
+                self.handed_over(&key, next, handed_over, dt);
             }
-            (Intent::Expire { next }, Ok(other)) => {
+            (Intent::Expire { next, .. }, Ok(other)) => {
                 debug!(key = %key, ?other, "expiry did not match; resyncing");
                 self.resync_key(&key);
                 if let Some(w) = next {
                     self.put_back(w);
                 }
             }
+            // A tick has no key and was routed above.
+            (Intent::Tick, Ok(_)) => {}
             (intent, Err(e)) => {
                 self.metrics.proposal_errors.inc();
                 warn!(key = %key, error = ?e, "proposal failed");
                 let frame = self.error_frame(&e);
                 let fatal = |m: &mut Manager, conn| m.send(conn, Delivery::Fatal(frame.clone()));
                 match intent {
-                    Intent::Grant(w) => fatal(self, w.conn),
+                    Intent::Grant(w, _) => fatal(self, w.conn),
                     Intent::Release { conn, next, .. } => {
                         fatal(self, conn);
                         if let Some(w) = next {
                             fatal(self, w.conn);
                         }
                     }
-                    Intent::Expire { next } => {
+                    Intent::Expire { next, .. } => {
                         if let Some(w) = next {
                             fatal(self, w.conn);
                         }
                     }
+                    Intent::Tick => {}
                 }
                 self.resync_key(&key);
             }

@@ -7,6 +7,7 @@ use super::projection::{Holding, LeaseGen, Projection, Waiter};
 use super::proposals::Done;
 use super::{ConnId, Delivery, ManagerRequest, Metrics, WaiterId};
 use crate::config::Limits;
+use crate::domain_time::{self, DomainClock};
 use crate::replication::{self, Leadership, Replicator};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -24,6 +25,8 @@ const DONE_QUEUE: usize = 4096;
 pub(super) enum Timer {
     Wait(WaiterId),
     Lease(Key, LeaseGen),
+    /// Commit a `Tick` if nothing was proposed for `--tick-ms`.
+    Tick,
 }
 
 pub(super) struct Manager {
@@ -34,6 +37,14 @@ pub(super) struct Manager {
     pub(super) proj: Projection,
     /// Registered connections and their delivery queues.
     pub(super) conns: HashMap<ConnId, mpsc::Sender<Delivery>>,
+    /// The client address of each registered connection (for `/locks/<key>`).
+    clients: HashMap<ConnId, String>,
+    /// The domain clock while serving (docs/protocol.md, "Domain time").
+    pub(super) clock: Option<DomainClock>,
+    /// When the last command was proposed (a `Tick` follows after `tick_ms` of silence).
+    pub(super) last_proposed: Instant,
+    /// A `Tick` is being committed.
+    pub(super) tick_in_flight: bool,
     timers: BinaryHeap<Reverse<(Instant, u64, Timer)>>,
     timer_seq: u64,
     /// The leadership epoch we serve; `None` when not serving.
@@ -64,6 +75,10 @@ pub(super) fn start(
         advertise,
         proj: Projection::new(),
         conns: HashMap::new(),
+        clients: HashMap::new(),
+        clock: None,
+        last_proposed: Instant::now(),
+        tick_in_flight: false,
         timers: BinaryHeap::new(),
         timer_seq: 0,
         epoch: None,
@@ -209,8 +224,9 @@ impl Manager {
 
     fn on_request(&mut self, req: ManagerRequest) {
         match req {
-            ManagerRequest::Register { conn, tx } => {
+            ManagerRequest::Register { conn, tx, client } => {
                 self.conns.insert(conn, tx);
+                self.clients.insert(conn, client);
             }
             ManagerRequest::LeaveQueues { conn } => {
                 for w in self.proj.remove_conn_waiters(conn) {
@@ -218,12 +234,30 @@ impl Manager {
                 }
             }
             ManagerRequest::Disconnected { conn } => {
+                self.clients.remove(&conn);
                 if self.conns.remove(&conn).is_some() {
                     self.proj.remove_conn_waiters(conn);
                 }
             }
             ManagerRequest::Query { key, reply } => {
-                let _ = reply.send(self.proj.lock_info(&key, Instant::now()));
+                let now = Instant::now();
+                let clients = &self.clients;
+                let client = |c: ConnId| clients.get(&c).cloned().unwrap_or_default();
+                let mut info = self.proj.lock_info(&key, now, &client);
+                info.domain_time_ms = self.domain_now(now);
+                let _ = reply.send(info);
+            }
+            ManagerRequest::Holds { conn, id, key, owner } => {
+                if !self.accepts_requests(conn) {
+                    return;
+                }
+                if self.proj.is_busy(&key) {
+                    // A grant (or hand-over) of this key is being committed:
+                    // answer by its outcome (see `pump`).
+                    self.proj.push_query(&key, super::projection::QueuedQuery { conn, id, owner });
+                } else {
+                    self.answer_query(conn, id, &key, &owner);
+                }
             }
             ManagerRequest::Drain { done } => {
                 self.draining = true;
@@ -300,6 +334,7 @@ impl Manager {
                         self.pump(&key);
                     }
                 }
+                Timer::Tick => self.on_tick_timer(now),
             }
         }
     }
@@ -311,22 +346,79 @@ impl Manager {
             return;
         }
         // Stepping down, or a new term: every waiter is dropped (their
-        // connections are closed with `M`/`E no_leader`), and a new term
-        // restarts every held lease at full length from the applied state.
+        // connections are closed with `M`/`E no_leader`). A new term starts
+        // its domain clock at the largest applied domain time and keeps every
+        // held lock until `granted_dt + lease` in domain time
+        // (docs/protocol.md, "Domain time").
         let frame = self.redirect_frame(self.leader.as_ref());
         for w in self.proj.clear() {
             self.send(w.conn, Delivery::Fatal(frame.clone()));
         }
         self.timers.clear();
         self.epoch = serving_epoch;
+        self.clock = None;
         if self.epoch.is_some() {
             let now = Instant::now();
-            for (key, h) in self.replicator.applied_holders() {
-                let holding = self.proj.committed(h.owner, h.token, h.lease_s, now);
+            let (applied_dt, holders) = self.replicator.applied_holders_at();
+            let clock = DomainClock::start(applied_dt, now);
+            self.clock = Some(clock);
+            for (key, h) in holders {
+                let deadline = clock.instant_of(h.end_dt(), now);
+                let holding = self.proj.until(h.owner, h.token, h.granted_dt, deadline);
                 self.hold(&key, Some(holding));
             }
-            debug!(epoch = l.epoch, held = self.proj.held(), "serving: leases restarted at full length");
+            self.last_proposed = now;
+            self.push_timer(now + self.tick(), Timer::Tick);
+            debug!(
+                epoch = l.epoch,
+                held = self.proj.held(),
+                applied_dt,
+                "serving: leases kept until their domain-time end"
+            );
         }
+    }
+
+    /// The domain time now (0 when not serving).
+    pub(super) fn domain_now(&self, now: Instant) -> u64 {
+        self.clock.map_or(0, |c| c.dt_at(now))
+    }
+
+    fn tick(&self) -> Duration {
+        Duration::from_millis(self.limits.tick_ms)
+    }
+
+    /// Commits a `Tick` when nothing was proposed for `tick_ms`; re-arms.
+    fn on_tick_timer(&mut self, now: Instant) {
+        if self.epoch.is_none() {
+            return;
+        }
+        if !self.draining && !self.tick_in_flight && domain_time::tick_due(self.last_proposed, now, self.tick()) {
+            self.propose_tick(now);
+        }
+        let next = (self.last_proposed + self.tick()).max(now + Duration::from_millis(1));
+        let next = if self.tick_in_flight { next.max(now + self.tick()) } else { next };
+        self.push_timer(next, Timer::Tick);
+    }
+
+    /// `H` when `owner` holds `key` (remaining by domain time), else `N`.
+    pub(super) fn answer_query(&mut self, conn: ConnId, id: RequestId, key: &Key, owner: &ticketing_proto::Owner) {
+        let now = Instant::now();
+        let frame = match self.proj.holder(key) {
+            Some(Holding { owner: o, token: Some(token), deadline: Some(deadline), .. }) if o == owner => {
+                let left = deadline.saturating_duration_since(now).as_millis();
+                ServerFrame::Held {
+                    id,
+                    key: key.clone(),
+                    owner: owner.clone(),
+                    token: *token,
+                    remaining_ms: u32::try_from(left).unwrap_or(u32::MAX),
+                }
+            }
+            _ => ServerFrame::NotHolder { id, key: key.clone() },
+        };
+        self.metrics.queries.inc();
+        self.reply(conn, id, frame);
+        self.proj.remove_if_idle(key);
     }
 
     fn check_drained(&mut self) {

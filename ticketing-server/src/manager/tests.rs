@@ -16,7 +16,7 @@ async fn setup(limits: Limits) -> (ManagerHandle, mpsc::Receiver<Delivery>) {
     let rep = Arc::new(Standalone::new(Addr::new("127.0.0.1:1").unwrap()));
     let h = spawn(rep, limits, Arc::default(), Addr::new("127.0.0.1:1").unwrap());
     let (tx, rx) = mpsc::channel(64);
-    h.send(ManagerRequest::Register { conn: ConnId(1), tx }).await.unwrap();
+    h.send(ManagerRequest::Register { conn: ConnId(1), tx, client: "127.0.0.1:50001".into() }).await.unwrap();
     (h, rx)
 }
 
@@ -78,7 +78,7 @@ async fn leave_queues_drops_waiters_but_keeps_answering() {
     acquire(&h, 3, "lq-other", "o3", 0, 5).await;
     assert!(matches!(next(&mut rx).await, ServerFrame::Granted { id: RequestId(3), .. }));
     let info = h.lock_info(Key::new("lq").unwrap()).await.unwrap();
-    assert_eq!(info.waiters, 0);
+    assert!(info.waiters.is_empty());
 }
 
 #[tokio::test]
@@ -90,7 +90,7 @@ async fn grant_queue_release_handover_and_query() {
     assert_eq!(next(&mut rx).await, ServerFrame::Timeout { id: RequestId(2), key: k("a") });
     acquire(&h, 3, "a", "o3", 10, 5).await;
     let info = h.lock_info(k("a")).await.unwrap();
-    assert_eq!(info.waiters, 1);
+    assert_eq!(info.waiters.len(), 1);
     assert_eq!(info.holder.as_ref().unwrap().token, t1);
     h.send(ManagerRequest::Release { conn: ConnId(1), id: RequestId(4), key: k("a"), owner: o("o1"), token: t1 })
         .await
@@ -107,7 +107,7 @@ async fn grant_queue_release_handover_and_query() {
 async fn closed_connection_leaves_queue() {
     let (h, mut rx) = setup(Limits::default()).await;
     let (tx2, mut rx2) = mpsc::channel(8);
-    h.send(ManagerRequest::Register { conn: ConnId(2), tx: tx2 }).await.unwrap();
+    h.send(ManagerRequest::Register { conn: ConnId(2), tx: tx2, client: "127.0.0.1:50002".into() }).await.unwrap();
     acquire(&h, 1, "a", "o1", 0, 5).await;
     let ServerFrame::Granted { token, .. } = next(&mut rx).await else { panic!() };
     let req = ManagerRequest::Acquire {
@@ -121,11 +121,60 @@ async fn closed_connection_leaves_queue() {
     };
     h.send(req).await.unwrap();
     h.send(ManagerRequest::Disconnected { conn: ConnId(2) }).await.unwrap();
-    assert_eq!(h.lock_info(k("a")).await.unwrap().waiters, 0);
+    assert!(h.lock_info(k("a")).await.unwrap().waiters.is_empty());
     h.send(ManagerRequest::Release { conn: ConnId(1), id: RequestId(2), key: k("a"), owner: o("o1"), token })
         .await
         .unwrap();
     assert_eq!(next(&mut rx).await, ServerFrame::Released { id: RequestId(2), key: k("a") });
     assert!(h.lock_info(k("a")).await.unwrap().holder.is_none());
     assert!(rx2.try_recv().is_err());
+}
+
+#[tokio::test]
+async fn query_answers_h_for_the_holder_and_n_otherwise_and_changes_nothing() {
+    let (h, mut rx) = setup(Limits::default()).await;
+    acquire(&h, 1, "q", "owner-one-0123456789", 0, 5).await;
+    let ServerFrame::Granted { token, .. } = next(&mut rx).await else { panic!() };
+    acquire(&h, 2, "q", "owner-two-0123456789", 30, 5).await;
+    let ask = |id: u64, key: &str, owner: &str| ManagerRequest::Holds {
+        conn: ConnId(1),
+        id: RequestId(id),
+        key: k(key),
+        owner: o(owner),
+    };
+    h.send(ask(3, "q", "owner-one-0123456789")).await.unwrap();
+    match next(&mut rx).await {
+        ServerFrame::Held { id, key, owner, token: t, remaining_ms } => {
+            assert_eq!((id, key, owner, t), (RequestId(3), k("q"), o("owner-one-0123456789"), token));
+            assert!((1..=5000).contains(&remaining_ms), "{remaining_ms}");
+        }
+        other => panic!("{other:?}"),
+    }
+    h.send(ask(4, "q", "owner-two-0123456789")).await.unwrap();
+    assert_eq!(
+        next(&mut rx).await,
+        ServerFrame::NotHolder { id: RequestId(4), key: k("q") },
+        "a waiter is not a holder"
+    );
+    h.send(ask(5, "nothing-here", "owner-one-0123456789")).await.unwrap();
+    assert_eq!(next(&mut rx).await, ServerFrame::NotHolder { id: RequestId(5), key: k("nothing-here") });
+    let info = h.lock_info(k("q")).await.unwrap();
+    assert_eq!(info.holder.as_ref().map(|h| (h.token, h.owner_prefix.as_str())), Some((token, "owner-on")));
+    assert_eq!(info.waiters.len(), 1, "queries change nothing");
+    assert_eq!(info.waiters[0].client, "127.0.0.1:50001");
+    assert_eq!(info.waiters[0].owner_prefix, "owner-tw");
+    assert_eq!(h.metrics().queries.get(), 3);
+}
+
+#[tokio::test]
+async fn ticks_are_committed_while_nothing_else_is() {
+    let limits = Limits { tick_ms: 20, ..Limits::default() };
+    let (h, _rx) = setup(limits).await;
+    let end = Instant::now() + Duration::from_secs(5);
+    while h.metrics().ticks.get() < 3 {
+        assert!(Instant::now() < end, "no ticks");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let info = h.lock_info(k("x")).await.unwrap();
+    assert!(info.domain_time_ms >= 40, "domain time advances: {}", info.domain_time_ms);
 }

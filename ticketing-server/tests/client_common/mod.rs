@@ -26,7 +26,7 @@ pub async fn grab(b: &TicketBroker, key: &str, wait: u64, lease: u64) -> Ticket 
 pub fn waiters(admin: u16, key: &str) -> Option<u64> {
     let body = cluster_common::http_get(admin, &format!("/locks/{key}"))?;
     let v: serde_json::Value = serde_json::from_str(&body).ok()?;
-    v["waiters"].as_u64()
+    v["waiters"].as_array().map(|w| w.len() as u64)
 }
 
 /// Polls the admin endpoint until `key` has `n` waiters (bounded).

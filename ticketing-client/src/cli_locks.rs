@@ -1,0 +1,156 @@
+//! `ticketing locks KEY --admin HOST:PORT`: who holds KEY and who waits for it
+//! (docs/client.md, "Who holds, who waits"), read from the leader's admin
+//! HTTP `/locks/<key>` and printed as a table. A follower's answer names the
+//! leader's admin address; it is followed once.
+
+use serde_json::Value;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// How long one HTTP exchange may take.
+const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One `GET`: (status code, body).
+async fn get(admin: &str, path: &str) -> Result<(u16, String), String> {
+    let exchange = async {
+        let mut s = TcpStream::connect(admin).await.map_err(|e| format!("cannot connect to {admin}: {e}"))?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.map_err(|e| format!("{admin}: {e}"))?;
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await.map_err(|e| format!("{admin}: {e}"))?;
+        let text = String::from_utf8_lossy(&out).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| format!("{admin}: not an HTTP answer"))?;
+        let code = head
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| format!("{admin}: not an HTTP answer"))?;
+        Ok((code, body.to_owned()))
+    };
+    tokio::time::timeout(HTTP_TIMEOUT, exchange).await.map_err(|_| format!("{admin}: no answer within 5 s"))?
+}
+
+/// Percent-encodes what is not unreserved in a URL path segment.
+fn encode(key: &str) -> String {
+    key.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// What went wrong, with the exit code to use.
+pub enum Failure {
+    /// The key is not a valid key (64).
+    Usage(String),
+    /// No leader could be asked (69).
+    Unavailable(String),
+}
+
+/// Fetches `/locks/<key>` from the leader (following a follower's pointer once).
+pub async fn fetch(admin: &str, key: &str) -> Result<Value, Failure> {
+    let mut at = admin.to_owned();
+    for _ in 0..2 {
+        let (code, body) = get(&at, &format!("/locks/{}", encode(key))).await.map_err(Failure::Unavailable)?;
+        let v: Value = serde_json::from_str(&body)
+            .map_err(|_| Failure::Unavailable(format!("{at}: answer {code} is not JSON: {}", body.trim())))?;
+        match code {
+            200 => return Ok(v),
+            400 => return Err(Failure::Usage(format!("key {key:?}: {}", v["error"].as_str().unwrap_or("invalid")))),
+            _ => match v["leader_admin"].as_str() {
+                Some(next) if next != at => at = next.to_owned(),
+                _ => {
+                    let leader = v["leader"].as_str().map(|l| format!(" (the leader is {l})")).unwrap_or_default();
+                    return Err(Failure::Unavailable(format!(
+                        "{at} is not the leader and knows no leader admin address{leader}"
+                    )));
+                }
+            },
+        }
+    }
+    Err(Failure::Unavailable(format!("{admin}: the leader moved while asking")))
+}
+
+fn num(v: &Value) -> String {
+    v.as_u64().map(|n| n.to_string()).unwrap_or_else(|| "-".into())
+}
+
+/// The table (owner prefixes only: the server never sends a full owner).
+pub fn table(key: &str, v: &Value) -> String {
+    let mut out = format!("key          {key}\ndomain time  {} ms\n", num(&v["domain_time_ms"]));
+    match v["holder"].as_object() {
+        Some(h) => out.push_str(&format!(
+            "holder       owner {}…  token {}  remaining {} ms  granted at domain time {} ms\n",
+            h.get("owner_prefix").and_then(Value::as_str).unwrap_or("?"),
+            h.get("token").map(num).unwrap_or_default(),
+            h.get("remaining_ms").map(num).unwrap_or_default(),
+            h.get("granted_dt").map(num).unwrap_or_default(),
+        )),
+        None => out.push_str("holder       none\n"),
+    }
+    let waiters = v["waiters"].as_array().cloned().unwrap_or_default();
+    out.push_str(&format!("waiters      {}\n", waiters.len()));
+    if !waiters.is_empty() {
+        let rows: Vec<[String; 5]> = waiters
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                [
+                    (i + 1).to_string(),
+                    format!("{}…", w["owner_prefix"].as_str().unwrap_or("?")),
+                    w["client"].as_str().unwrap_or("?").to_owned(),
+                    num(&w["waited_ms"]),
+                    num(&w["wait_left_ms"]),
+                ]
+            })
+            .collect();
+        let head = ["#", "owner", "client", "waited_ms", "wait_left_ms"].map(str::to_owned);
+        let mut width = [0usize; 5];
+        for r in std::iter::once(&head).chain(&rows) {
+            for (w, cell) in width.iter_mut().zip(r) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        for r in std::iter::once(&head).chain(&rows) {
+            let cells: Vec<String> = r.iter().zip(width).map(|(c, w)| format!("{c:<w$}")).collect();
+            out.push_str(cells.join("  ").trim_end());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_lists_holder_and_waiters_in_order() {
+        let v: Value = serde_json::from_str(
+            r#"{"key":"k","domain_time_ms":5000,"holder":{"owner_prefix":"01234567","token":17,"remaining_ms":900,"granted_dt":4100},
+               "waiters":[{"owner_prefix":"aaaaaaaa","client":"127.0.0.1:4000","waited_ms":12,"wait_left_ms":29988},
+                          {"owner_prefix":"bb","client":"10.0.0.2:55555","waited_ms":3,"wait_left_ms":997}]}"#,
+        )
+        .unwrap();
+        let t = table("k", &v);
+        assert!(
+            t.contains("holder       owner 01234567…  token 17  remaining 900 ms  granted at domain time 4100 ms"),
+            "{t}"
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[3], "waiters      2");
+        assert_eq!(lines[4], "#  owner      client          waited_ms  wait_left_ms");
+        assert_eq!(lines[5], "1  aaaaaaaa…  127.0.0.1:4000  12         29988");
+        assert_eq!(lines[6], "2  bb…        10.0.0.2:55555  3          997");
+        let empty = table("k", &serde_json::from_str(r#"{"holder":null,"waiters":[],"domain_time_ms":1}"#).unwrap());
+        assert!(empty.contains("holder       none\nwaiters      0\n"), "{empty}");
+    }
+
+    #[test]
+    fn keys_are_percent_encoded_in_the_path() {
+        assert_eq!(encode("seat-1"), "seat-1");
+        assert_eq!(encode("a/b?c#%"), "a%2Fb%3Fc%23%25");
+    }
+}
