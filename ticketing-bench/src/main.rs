@@ -123,6 +123,10 @@ fn failover_flags(f: Failover) -> Vec<String> {
     }
 }
 
+/// W3 runs at least this long: the kill comes after a third, and the
+/// default failover takes about 2.4 s.
+const W3_MIN: Duration = Duration::from_secs(9);
+
 struct Ctx {
     args: Args,
     duration: Duration,
@@ -186,7 +190,7 @@ impl Ctx {
                     let servers = Arc::new(std::sync::Mutex::new(servers));
                     let s2 = servers.clone();
                     let kill: Killer = Box::new(move |i| s2.lock().unwrap_or_else(|p| p.into_inner()).kill9(i));
-                    let mut r = workloads::w3(system, backend.clone(), c, d.max(Duration::from_secs(6)), kill).await;
+                    let mut r = workloads::w3(system, backend.clone(), c, d.max(W3_MIN), kill).await;
                     r.set("failover", format!("{:?}", self.args.failover).to_lowercase());
                     out.push(r);
                     backend.close().await;
@@ -202,7 +206,7 @@ impl Ctx {
                         );
                     });
                     let b = self.peer(c).await?;
-                    out.push(workloads::w3(system, b.clone(), c, d.max(Duration::from_secs(6)), kill).await);
+                    out.push(workloads::w3(system, b.clone(), c, d.max(W3_MIN), kill).await);
                     b.close().await;
                 }
             }
