@@ -44,6 +44,8 @@ def ms(us):
 
 def main():
     runs = parse(sys.argv[1])
+    if not runs:
+        sys.exit("bench-table.py: no result lines")
     machine = open(sys.argv[2]).read().strip().splitlines()
     out = []
     w = out.append
@@ -57,6 +59,16 @@ def main():
     for m in machine:
         w(f"- {m}")
     w("")
+    load = [m for m in machine if m.startswith("load")]
+    try:
+        busy = float(load[0].split(":")[1].split()[0]) > 2.0
+    except (IndexError, ValueError):
+        busy = False
+    if busy:
+        w("**This run was made while other builds loaded the machine** (load average above its")
+        w("2 cores): treat it as a smoke of the comparison, and re-run `scripts/bench-peers` on a")
+        w("quiet machine before quoting any ratio.")
+        w("")
     rows = [
         ("W1 C=1 pairs/s", "W1", {"clients": "1"}, "ops_s"),
         ("W1 C=1 acquire p50 / p99 ms", "W1", {"clients": "1"}, "lat"),
@@ -113,6 +125,22 @@ def main():
             b, v = num(base or {}, "ops_s"), num(r or {}, "ops_s")
             cells.append("—" if not b or not v else f"{b / v:.2f}×")
         w(f"| {label} | " + " | ".join(cells) + " |")
+    w("")
+    w("## Reading it")
+    w("")
+    w("- Every system runs on the same 2-core machine as the load generator; the 3-node")
+    w("  systems run three servers on those 2 cores. The `load` line above says how busy")
+    w("  the machine was (other builds ran beside this run when the load is above 2).")
+    w("- Clients: ONE shared client per system and run (Ticketing's `TicketBroker`, one etcd")
+    w("  gRPC channel, one ZooKeeper session, one multiplexed Redis connection); W1 C=64 is")
+    w("  64 concurrent tasks on it. W1/W3 acquires of an own key wait at most 1 s.")
+    w("- etcd: v3 lock API, one lease per client. ZooKeeper: ephemeral-sequential recipe")
+    w("  (create, list, watch the predecessor). Redis: one node, no persistence, no")
+    w("  replication; `SET NX PX` + compare-and-delete; W2 waits by spin-retrying `SET NX`,")
+    w("  so its hand-overs are not FIFO. Ticketing and etcd/ZooKeeper replicate every grant")
+    w("  to a majority before answering.")
+    w("- W3 errors (not shown in the table, see the raw lines): the etcd client keeps")
+    w("  sending some requests to the killed endpoint (fast `transport error`s, retried).")
     w("")
     w4 = find(runs, "ticketing", "W4")
     if w4 and "error" not in w4:
