@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The bench's smoke test (scripts/test runs it): every workload for 2 s on a
+# standalone server and on a 3-node cluster (W3: 9 s), with the debug
+# binaries `cargo build --workspace` leaves in target/debug. It checks that
+# each run produced its line and the invariants (no error, 0 duplicate
+# grants, the W2 fairness numbers present and every client granted, a W3
+# failover seen, W4 filled) -- never a timing threshold.
+# Last line: "bench-smoke: N passed, M failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+T=${CARGO_TARGET_DIR:-$PWD/target}
+BENCH=${TICKETING_BENCH_BIN:-$T/debug/ticketing-bench}
+SERVER=${TICKETING_SERVER_BIN:-$T/debug/ticketing-server}
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "PASS $*"; }
+bad() { failed=$((failed + 1)); echo "FAIL $*"; }
+field() { echo "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1; }
+
+for f in "$BENCH" "$SERVER"; do
+    [ -x "$f" ] || { echo "missing $f (cargo build --workspace first)"; echo "bench-smoke: 0 passed, 1 failed"; exit 1; }
+done
+
+# check SYSTEM WORKLOAD LINE
+check() {
+    local line=$3 name="$1 $2"
+    [ -n "$(field "$3" clients)" ] && name+=" clients=$(field "$3" clients)"
+    if [ -z "$line" ]; then bad "$name: no output line"; return; fi
+    if [ -n "$(field "$line" error)" ]; then bad "$name: $(field "$line" error)"; return; fi
+    for k in ops_s p50_us p99_us; do
+        [[ "$(field "$line" $k)" =~ ^[0-9]+$ ]] || { bad "$name: $k missing"; return; }
+    done
+    local dup
+    dup=$(field "$line" dup_grants)
+    case $2 in
+        W1)
+            [ "$dup" = 0 ] || { bad "$name: dup_grants=$dup"; return; }
+            [ "$(field "$line" pairs)" -gt 0 ] || { bad "$name: no pairs"; return; }
+            [ "$(field "$line" errors)" = 0 ] || { bad "$name: errors=$(field "$line" errors)"; return; } ;;
+        W2)
+            [ "$dup" = 0 ] || { bad "$name: dup_grants=$dup"; return; }
+            [[ "$(field "$line" fairness)" =~ ^[0-9]+\.[0-9]+$ ]] || { bad "$name: fairness=$(field "$line" fairness)"; return; }
+            [ "$(field "$line" min_grants)" -gt 0 ] || { bad "$name: a client was never granted"; return; }
+            [ "$(field "$line" max_grants)" -ge "$(field "$line" min_grants)" ] || { bad "$name: max < min"; return; } ;;
+        W3)
+            [ "$dup" = 0 ] || { bad "$name: dup_grants=$dup"; return; }
+            [[ "$(field "$line" leader_s)" =~ ^[0-9.]+$ ]] || { bad "$name: no new leader"; return; }
+            [[ "$(field "$line" first_grant_s)" =~ ^[0-9.]+$ ]] || { bad "$name: no grant after the kill"; return; } ;;
+        W4)
+            [ "$(field "$line" held_keys)" = 2000 ] || { bad "$name: held_keys=$(field "$line" held_keys)"; return; }
+            [ "$(field "$line" waiters)" = 1000 ] || { bad "$name: waiters=$(field "$line" waiters)"; return; }
+            [[ "$(field "$line" rss_mb_after_fill)" =~ ^[0-9.]+(/[0-9.]+)*$ ]] || { bad "$name: no RSS"; return; } ;;
+    esac
+    ok "$name: $line"
+}
+
+run() {
+    local system=$1 workloads=$2 out
+    out=$(timeout 300 "$BENCH" --system "$system" --smoke --workload "$workloads" --clients 1,8 --server-bin "$SERVER" 2>&1)
+    echo "$out" | grep -v '^system=' | tail -n 20
+    for w in ${workloads//,/ }; do
+        local W=${w^^}
+        local lines
+        lines=$(echo "$out" | grep "^system=$system workload=$W ")
+        if [ -z "$lines" ]; then bad "$system $W: no output line"; continue; fi
+        while IFS= read -r l; do check "$system" "$W" "$l"; done <<<"$lines"
+    done
+}
+
+run ticketing-standalone w1,w2,w4
+run ticketing w1,w2,w3,w4
+
+# Bad input: a clear error and exit 2, never a panic.
+if out=$("$BENCH" --duration=-1 2>&1); then bad "bad --duration accepted"
+elif echo "$out" | grep -q "must be seconds"; then ok "bad --duration refused"
+else bad "bad --duration: $out"; fi
+
+echo "bench-smoke: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

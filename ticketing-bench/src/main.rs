@@ -1,0 +1,287 @@
+//! `ticketing-bench`: workloads W1–W4 against Ticketing (standalone or a
+//! 3-node cluster the bench starts itself from the release
+//! `ticketing-server`), and W1–W3 against etcd, ZooKeeper and Redis through
+//! the adapters of feature `peers` (scripts/bench-peers starts those).
+//! One line per run: `system=… workload=… ops_s=… p50_us=… p99_us=… …`.
+//! docs/benchmarks.md describes every field.
+
+mod procs;
+mod stats;
+mod system;
+mod w4;
+mod workloads;
+
+#[cfg(feature = "peers")]
+mod peers;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use ticketing_client::TicketBroker;
+
+use crate::procs::Servers;
+use crate::system::{Backend, Ticketing};
+use crate::workloads::{Killer, Report};
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum SystemArg {
+    /// A 3-node Ticketing cluster (started by the bench).
+    Ticketing,
+    /// One standalone Ticketing server (started by the bench).
+    TicketingStandalone,
+    /// etcd v3 lock API with a lease (feature `peers`; `--endpoints`).
+    Etcd,
+    /// ZooKeeper ephemeral-sequential lock recipe (feature `peers`; `--endpoints`).
+    Zookeeper,
+    /// Redis `SET NX PX` + compare-and-delete (feature `peers`; `--endpoints`).
+    Redis,
+}
+
+impl SystemArg {
+    fn name(self) -> &'static str {
+        match self {
+            SystemArg::Ticketing => "ticketing",
+            SystemArg::TicketingStandalone => "ticketing-standalone",
+            SystemArg::Etcd => "etcd",
+            SystemArg::Zookeeper => "zookeeper",
+            SystemArg::Redis => "redis",
+        }
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Failover {
+    /// The server defaults (heartbeat 50 ms, election timeout 1160–1200 ms).
+    Default,
+    /// Heartbeat 50 ms, election timeout 300–350 ms (docs/benchmarks.md, "Fast failover").
+    Fast,
+}
+
+/// Benchmark workloads for Ticketing and its peers (docs/benchmarks.md).
+#[derive(Parser, Debug)]
+#[command(name = "ticketing-bench", version)]
+struct Args {
+    /// The system under test.
+    #[arg(long, value_enum, default_value = "ticketing")]
+    system: SystemArg,
+    /// Workloads, comma-separated: w1, w2, w3, w4.
+    #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3")]
+    workload: Vec<String>,
+    /// Seconds per run.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// W1 client counts, comma-separated: one W1 run each.
+    #[arg(long, value_delimiter = ',', default_value = "1,64")]
+    clients: Vec<usize>,
+    /// W2 clients on the one key.
+    #[arg(long, default_value_t = 16)]
+    w2_clients: usize,
+    /// W3 clients.
+    #[arg(long, default_value_t = 8)]
+    w3_clients: usize,
+    /// 2 s per run, and a small W4 (2 000 keys, 1 000 waiters, 20 connections).
+    #[arg(long)]
+    smoke: bool,
+    /// Raft timing of the Ticketing cluster the bench starts.
+    #[arg(long, value_enum, default_value = "default")]
+    failover: Failover,
+    /// W4: held keys to fill.
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// W4: waiters to queue on held keys.
+    #[arg(long, default_value_t = 10_000)]
+    waiters: usize,
+    /// W4: client connections to hold.
+    #[arg(long, default_value_t = 1_000)]
+    conns: usize,
+    /// The ticketing-server binary (default: next to this binary).
+    #[arg(long)]
+    server_bin: Option<PathBuf>,
+    /// Directory for server logs (default: a new directory under /tmp).
+    #[arg(long)]
+    log_dir: Option<PathBuf>,
+    /// Peers: client endpoints (host:port), comma-separated, node order.
+    #[arg(long, value_delimiter = ',')]
+    endpoints: Vec<String>,
+    /// Peers: process ids of the nodes in `--endpoints` order (W3 kills the leader's).
+    #[arg(long, value_delimiter = ',')]
+    pids: Vec<u32>,
+}
+
+/// The server flags of a failover profile.
+fn failover_flags(f: Failover) -> Vec<String> {
+    match f {
+        Failover::Default => Vec::new(),
+        Failover::Fast => {
+            ["--heartbeat-ms", "50", "--election-timeout-min-ms", "300", "--election-timeout-max-ms", "350"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        }
+    }
+}
+
+/// W3 runs at least this long: the kill comes after a third, and the
+/// default failover takes about 2.4 s.
+const W3_MIN: Duration = Duration::from_secs(9);
+
+struct Ctx {
+    args: Args,
+    duration: Duration,
+    bin: PathBuf,
+    dir: PathBuf,
+    runs: u32,
+}
+
+impl Ctx {
+    /// Fresh Ticketing servers for one run, and a ready broker.
+    async fn ticketing(&mut self, extra: Vec<String>) -> anyhow::Result<(Servers, Arc<Ticketing>)> {
+        let n = if self.args.system == SystemArg::Ticketing { 3 } else { 1 };
+        self.runs += 1;
+        let mut flags = failover_flags(self.args.failover);
+        flags.extend(extra);
+        let servers = Servers::start(&self.bin, n, &flags, &self.dir.join(format!("run{}", self.runs))).await?;
+        let broker = TicketBroker::builder(servers.client_addrs()).build()?;
+        if !broker.wait_ready(Duration::from_secs(10)).await {
+            anyhow::bail!("the client found no serving leader within 10 s");
+        }
+        let backend = Arc::new(Ticketing { broker, admin_ports: servers.admin_ports() });
+        Ok((servers, backend))
+    }
+
+    async fn run(&mut self, workload: &str) -> anyhow::Result<Vec<Report>> {
+        let system = self.args.system.name();
+        let d = self.duration;
+        let ticketing = matches!(self.args.system, SystemArg::Ticketing | SystemArg::TicketingStandalone);
+        let mut out = Vec::new();
+        match workload {
+            "w1" | "w2" => {
+                let counts = if workload == "w1" { self.args.clients.clone() } else { vec![self.args.w2_clients] };
+                for c in counts {
+                    if ticketing {
+                        let (_servers, backend) = self.ticketing(Vec::new()).await?;
+                        let b: Arc<dyn Backend> = backend.clone();
+                        out.push(if workload == "w1" {
+                            workloads::w1(system, b, c, d).await
+                        } else {
+                            workloads::w2(system, b, c, d).await
+                        });
+                        backend.close().await;
+                    } else {
+                        let b = self.peer(c).await?;
+                        out.push(if workload == "w1" {
+                            workloads::w1(system, b.clone(), c, d).await
+                        } else {
+                            workloads::w2(system, b.clone(), c, d).await
+                        });
+                        b.close().await;
+                    }
+                }
+            }
+            "w3" => {
+                let c = self.args.w3_clients;
+                if self.args.system == SystemArg::TicketingStandalone {
+                    anyhow::bail!("W3 kills the leader of a cluster: use --system ticketing");
+                }
+                if ticketing {
+                    let (servers, backend) = self.ticketing(Vec::new()).await?;
+                    let servers = Arc::new(std::sync::Mutex::new(servers));
+                    let s2 = servers.clone();
+                    let kill: Killer = Box::new(move |i| s2.lock().unwrap_or_else(|p| p.into_inner()).kill9(i));
+                    let mut r = workloads::w3(system, backend.clone(), c, d.max(W3_MIN), kill).await;
+                    r.set("failover", format!("{:?}", self.args.failover).to_lowercase());
+                    out.push(r);
+                    backend.close().await;
+                } else {
+                    if self.args.pids.len() != self.args.endpoints.len() || self.args.pids.len() < 3 {
+                        anyhow::bail!("W3 on {system} needs --pids, one per --endpoints entry (3 or more)");
+                    }
+                    let pids = self.args.pids.clone();
+                    let kill: Killer = Box::new(move |i| {
+                        let _ = nix::sys::signal::kill(
+                            nix::unistd::Pid::from_raw(pids[i] as i32),
+                            nix::sys::signal::Signal::SIGKILL,
+                        );
+                    });
+                    let b = self.peer(c).await?;
+                    out.push(workloads::w3(system, b.clone(), c, d.max(W3_MIN), kill).await);
+                    b.close().await;
+                }
+            }
+            "w4" => {
+                if !ticketing {
+                    anyhow::bail!("W4 runs against Ticketing only");
+                }
+                let p = if self.args.smoke {
+                    w4::W4 { keys: 2000, waiters: 1000, conns: 20, clients: 64 }
+                } else {
+                    w4::W4 { keys: self.args.keys, waiters: self.args.waiters, conns: self.args.conns, clients: 64 }
+                };
+                let (servers, backend) = self.ticketing(w4::server_flags(&p)).await?;
+                out.push(w4::w4(system, &servers, &backend.broker, &p).await);
+                backend.close().await;
+            }
+            other => anyhow::bail!("unknown workload {other:?}: w1, w2, w3 or w4"),
+        }
+        Ok(out)
+    }
+
+    #[cfg(feature = "peers")]
+    async fn peer(&self, clients: usize) -> anyhow::Result<Arc<dyn Backend>> {
+        peers::connect(self.args.system.name(), &self.args.endpoints, clients).await
+    }
+
+    #[cfg(not(feature = "peers"))]
+    async fn peer(&self, _clients: usize) -> anyhow::Result<Arc<dyn Backend>> {
+        anyhow::bail!(
+            "{} needs the peer adapters: build with `cargo build --release -p ticketing-bench --features peers` (scripts/bench-peers does)",
+            self.args.system.name()
+        )
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    if !args.duration.is_finite() || args.duration <= 0.0 || args.duration > 3600.0 {
+        eprintln!("ticketing-bench: --duration must be seconds in (0, 3600]");
+        std::process::exit(2);
+    }
+    if args.clients.iter().chain([&args.w2_clients, &args.w3_clients]).any(|&c| c == 0 || c > 10_000) {
+        eprintln!("ticketing-bench: client counts must be 1..=10000");
+        std::process::exit(2);
+    }
+    let duration = if args.smoke { Duration::from_secs(2) } else { Duration::from_secs_f64(args.duration) };
+    let bin = args.server_bin.clone().unwrap_or_else(procs::default_server_bin);
+    let dir = args
+        .log_dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("ticketing-bench-{}", std::process::id())));
+    let workloads: Vec<String> = args.workload.iter().map(|w| w.trim().to_lowercase()).collect();
+    let mut ctx = Ctx { args, duration, bin, dir, runs: 0 };
+    let mut failed = false;
+    for w in workloads {
+        match ctx.run(&w).await {
+            Ok(reports) => {
+                for r in reports {
+                    println!("{}", r.line());
+                }
+            }
+            Err(e) => {
+                println!(
+                    "system={} workload={} error={}",
+                    ctx.args.system.name(),
+                    w.to_uppercase(),
+                    e.to_string().replace(' ', "_")
+                );
+                eprintln!("ticketing-bench: {w}: {e:#}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,221 @@
+//! The Ticketing servers a run starts itself: the release `ticketing-server`
+//! binary, standalone or a 3-node cluster, on free 127.0.0.1 ports, stopped
+//! (and reaped) when the [`Servers`] value is dropped. Port choice and the
+//! admin-port polling follow `ticketing-verify/src/cluster.rs`; there is no
+//! proxy here, so `--peers` lists the nodes' real peer ports.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A free loopback port below the kernel's ephemeral range (so no outgoing
+/// connection takes it between this check and the server's bind).
+pub fn free_port() -> anyhow::Result<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = 20_000 + (std::process::id() % 89) * 131;
+    for _ in 0..12_000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let mut port = base + n % 12_000;
+        if port >= 32_000 {
+            port -= 12_000;
+        }
+        if TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            return Ok(port as u16);
+        }
+    }
+    anyhow::bail!("no free loopback port below 32000")
+}
+
+/// One server process.
+pub struct Node {
+    /// Client port.
+    pub client: u16,
+    /// Admin HTTP port.
+    pub admin: u16,
+    /// The process (None once killed).
+    pub child: Option<Child>,
+}
+
+/// The servers of one run.
+pub struct Servers {
+    /// The nodes, in `--peers` order.
+    pub nodes: Vec<Node>,
+}
+
+/// The `ticketing-server` next to this binary (both come from the same
+/// `cargo build --release`), unless `--server-bin` names another.
+pub fn default_server_bin() -> PathBuf {
+    let me = std::env::current_exe().unwrap_or_default();
+    me.with_file_name("ticketing-server")
+}
+
+impl Servers {
+    /// Starts `n` nodes (1 = standalone, 3 = a cluster bootstrapped by node
+    /// 0) with `extra` flags on every node, and waits (up to 30 s) for a
+    /// serving leader.
+    pub async fn start(bin: &Path, n: usize, extra: &[String], dir: &Path) -> anyhow::Result<Servers> {
+        if !bin.exists() {
+            anyhow::bail!(
+                "{} not found: build it with `cargo build --release -p ticketing-server` or pass --server-bin",
+                bin.display()
+            );
+        }
+        std::fs::create_dir_all(dir)?;
+        let mut nodes = Vec::new();
+        let mut peer_ports = Vec::new();
+        for _ in 0..n {
+            nodes.push(Node { client: free_port()?, admin: free_port()?, child: None });
+            peer_ports.push(free_port()?);
+        }
+        let peers = peer_ports.iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
+        let mut servers = Servers { nodes };
+        for (i, peer_port) in peer_ports.iter().enumerate() {
+            let node = &servers.nodes[i];
+            let log = std::fs::File::create(dir.join(format!("node{i}.log")))?;
+            let mut cmd = Command::new(bin);
+            cmd.arg("--listen")
+                .arg(format!("127.0.0.1:{}", node.client))
+                .arg("--admin-listen")
+                .arg(format!("127.0.0.1:{}", node.admin))
+                .args(extra)
+                .env("RUST_LOG", "warn")
+                .env_remove("TICKETING_CLIENT_TOKENS")
+                .env_remove("TICKETING_PEER_TOKEN")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log);
+            if n > 1 {
+                cmd.arg("--peer-listen").arg(format!("127.0.0.1:{peer_port}")).arg("--peers").arg(&peers);
+                if i == 0 {
+                    cmd.arg("--bootstrap");
+                }
+            }
+            let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot start {}: {e}", bin.display()))?;
+            servers.nodes[i].child = Some(child);
+        }
+        let end = Instant::now() + Duration::from_secs(30);
+        loop {
+            if servers.leader().await.is_some() {
+                if n > 1 && !servers.all_voters().await {
+                    // Not all joined yet.
+                } else {
+                    return Ok(servers);
+                }
+            }
+            for (i, node) in servers.nodes.iter_mut().enumerate() {
+                if let Some(c) = node.child.as_mut() {
+                    if let Ok(Some(st)) = c.try_wait() {
+                        anyhow::bail!("node {i} exited at start ({st}); see {}/node{i}.log", dir.display());
+                    }
+                }
+            }
+            if Instant::now() > end {
+                anyhow::bail!("no serving leader with every node a voter within 30 s; logs in {}", dir.display());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Client addresses, node order.
+    pub fn client_addrs(&self) -> Vec<String> {
+        self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.client)).collect()
+    }
+
+    /// Admin ports, node order.
+    pub fn admin_ports(&self) -> Vec<u16> {
+        self.nodes.iter().map(|n| n.admin).collect()
+    }
+
+    /// Process ids (0 for a killed node), node order.
+    pub fn pids(&self) -> Vec<u32> {
+        self.nodes.iter().map(|n| n.child.as_ref().map_or(0, |c| c.id())).collect()
+    }
+
+    /// The serving leader's index.
+    pub async fn leader(&self) -> Option<usize> {
+        for (i, n) in self.nodes.iter().enumerate() {
+            if n.child.is_none() {
+                continue;
+            }
+            if let Some(s) = status(n.admin).await {
+                if s["role"] == "leader" && s["serving"] == true {
+                    return Some(i);
+                }
+            }
+        }
+        None
+    }
+
+    async fn all_voters(&self) -> bool {
+        let Some(l) = self.leader().await else { return false };
+        let Some(s) = status(self.nodes[l].admin).await else { return false };
+        let voters = s["members"].as_array().map_or(0, |ms| ms.iter().filter(|m| m["voter"] == true).count());
+        voters == self.nodes.len()
+    }
+
+    /// `kill -9` of node `i` (reaped).
+    pub fn kill9(&mut self, i: usize) {
+        if let Some(mut c) = self.nodes[i].child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Servers {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            if let Some(mut c) = n.child.take() {
+                let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGTERM);
+                let end = Instant::now() + Duration::from_secs(5);
+                while Instant::now() < end && c.try_wait().ok().flatten().is_none() {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
+
+/// Resident set size of process `pid` in bytes (from `/proc/PID/status`).
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// `/status` of the admin port, parsed (None if not reachable within 1 s).
+pub async fn status(port: u16) -> Option<serde_json::Value> {
+    serde_json::from_str(&http_get(port, "/status").await?).ok()
+}
+
+/// A raw HTTP/1.1 GET on 127.0.0.1:`port`; the body of a 200 answer.
+pub async fn http_get(port: u16, path: &str) -> Option<String> {
+    let fut = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.ok()?;
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await.ok()?;
+        let out = String::from_utf8(out).ok()?;
+        let (head, body) = out.split_once("\r\n\r\n")?;
+        head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+    };
+    tokio::time::timeout(Duration::from_secs(1), fut).await.ok().flatten()
+}
+
+/// A gauge from the admin `/metrics` text (`name value`).
+pub async fn metric(port: u16, name: &str) -> Option<f64> {
+    let body = http_get(port, "/metrics").await?;
+    body.lines().find_map(|l| {
+        let (n, v) = l.split_once(' ')?;
+        (n == name).then(|| v.trim().parse().ok()).flatten()
+    })
+}

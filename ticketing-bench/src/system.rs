@@ -1,0 +1,100 @@
+//! What a workload drives: a lock service behind [`Backend`]. Ticketing is
+//! driven through the Rust `ticketing-client`; the peers (feature `peers`)
+//! live in `crate::peers`.
+
+use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use ticketing_client::{Error, TicketBroker};
+
+/// A boxed future (the trait is used as `dyn Backend`).
+pub type Fut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The outcome of one acquire.
+pub enum Acq {
+    /// Granted: the fencing token (0 where the system has none) and what release needs.
+    Granted(Held),
+    /// Not granted within the wait.
+    NotGranted,
+    /// May or may not have been granted (Ticketing's `Indeterminate`).
+    Indeterminate,
+    /// Any other failure (its code).
+    Failed(String),
+}
+
+/// A held lock.
+pub struct Held {
+    /// Fencing token, or 0.
+    pub token: u64,
+    /// Backend-specific state.
+    pub inner: Box<dyn Any + Send>,
+}
+
+/// A lock service as the workloads see it. `client` is the index of the
+/// workload's client (backends with per-client sessions use it).
+pub trait Backend: Send + Sync {
+    /// Acquires `key`, waiting at most `wait` in the queue; `lease` bounds the hold.
+    fn acquire<'a>(&'a self, client: usize, key: &'a str, wait: Duration, lease: Duration) -> Fut<'a, Acq>;
+    /// Releases a lock from [`Backend::acquire`].
+    fn release<'a>(&'a self, client: usize, held: Held) -> Fut<'a, Result<(), String>>;
+    /// Index (in the order of the node list) of the node that leads now, if known.
+    fn leader(&self) -> Fut<'_, Option<usize>> {
+        Box::pin(async { None })
+    }
+    /// Closes connections (end of run).
+    fn close(&self) -> Fut<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// Ticketing through one shared [`TicketBroker`] (the documented way: one
+/// broker per application, requests pipelined on its connections).
+pub struct Ticketing {
+    /// The broker.
+    pub broker: TicketBroker,
+    /// Admin ports of the nodes, in node order (for `leader`).
+    pub admin_ports: Vec<u16>,
+}
+
+impl Backend for Ticketing {
+    fn acquire<'a>(&'a self, _client: usize, key: &'a str, wait: Duration, lease: Duration) -> Fut<'a, Acq> {
+        Box::pin(async move {
+            match self.broker.acquire(key, wait, lease, Duration::ZERO).await {
+                Ok(Some(t)) => Acq::Granted(Held { token: t.token(), inner: Box::new(t) }),
+                Ok(None) => Acq::NotGranted,
+                Err(Error::Indeterminate) => Acq::Indeterminate,
+                Err(e) => Acq::Failed(e.code().to_owned()),
+            }
+        })
+    }
+
+    fn release<'a>(&'a self, _client: usize, held: Held) -> Fut<'a, Result<(), String>> {
+        Box::pin(async move {
+            let t = held.inner.downcast::<ticketing_client::Ticket>().map_err(|_| "not a ticket".to_owned())?;
+            match t.release().await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err("not_held".to_owned()),
+                Err(e) => Err(e.code().to_owned()),
+            }
+        })
+    }
+
+    fn leader(&self) -> Fut<'_, Option<usize>> {
+        Box::pin(async move {
+            for (i, port) in self.admin_ports.iter().enumerate() {
+                if let Some(s) = crate::procs::status(*port).await {
+                    if s["role"] == "leader" && s["serving"] == true {
+                        return Some(i);
+                    }
+                }
+            }
+            None
+        })
+    }
+
+    fn close(&self) -> Fut<'_, ()> {
+        Box::pin(async move { self.broker.close().await })
+    }
+}

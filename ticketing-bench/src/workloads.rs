@@ -1,0 +1,330 @@
+//! Workloads W1–W3, driven through any [`Backend`] (W4 is Ticketing only:
+//! `crate::w4`). Every loop ends at the run's deadline; an acquire waits at
+//! most its own bound, so a run ends within deadline + that bound.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::stats::Samples;
+use crate::system::{Acq, Backend};
+
+/// One output line: `system=… workload=… k=v …`.
+pub struct Report {
+    /// Fields in print order.
+    pub fields: Vec<(String, String)>,
+}
+
+impl Report {
+    /// A report for `system` / `workload`.
+    pub fn new(system: &str, workload: &str) -> Report {
+        Report { fields: vec![("system".into(), system.into()), ("workload".into(), workload.into())] }
+    }
+
+    /// Adds a field.
+    pub fn set(&mut self, k: &str, v: impl ToString) -> &mut Report {
+        self.fields.push((k.to_owned(), v.to_string()));
+        self
+    }
+
+    /// The line.
+    pub fn line(&self) -> String {
+        self.fields.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
+    }
+}
+
+/// Counters shared by a workload's clients.
+#[derive(Default)]
+struct Counters {
+    pairs: AtomicU64,
+    errors: AtomicU64,
+    indeterminate: AtomicU64,
+    not_granted: AtomicU64,
+    dup: AtomicU64,
+    first_error: Mutex<Option<String>>,
+}
+
+impl Counters {
+    fn error(&self, what: String) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        let mut f = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
+        if f.is_none() {
+            *f = Some(what);
+        }
+    }
+
+    fn put(&self, r: &mut Report) {
+        r.set("errors", self.errors.load(Ordering::Relaxed));
+        r.set("not_granted", self.not_granted.load(Ordering::Relaxed));
+        r.set("indeterminate", self.indeterminate.load(Ordering::Relaxed));
+        r.set("dup_grants", self.dup.load(Ordering::Relaxed));
+        if let Some(e) = self.first_error.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            r.set("first_error", e.replace(' ', "_"));
+        }
+    }
+}
+
+/// Acquire wait of W1/W3: a key of one's own is free at once, so the bound
+/// only matters while there is no leader; an attempt stuck that long is
+/// given up (Indeterminate where the system may still grant it) and retried
+/// on a new key, so W3's first grant is seen within about a second.
+const OWN_KEY_WAIT: Duration = Duration::from_secs(1);
+/// Lease of W1–W3.
+const LEASE: Duration = Duration::from_secs(30);
+
+/// Events W3 watches: the kill instant and the first grant after it.
+#[derive(Default)]
+struct Failover {
+    killed_at: Mutex<Option<Instant>>,
+    first_grant: Mutex<Option<Instant>>,
+}
+
+/// W1 (and W3's load): `clients` clients, each on keys of its own, acquire →
+/// release as fast as they can until `deadline`. A key changes after an
+/// Indeterminate (the old one may stay held until its lease ends).
+async fn own_keys(
+    backend: Arc<dyn Backend>,
+    clients: usize,
+    deadline: Instant,
+    prefix: &str,
+    failover: Option<Arc<Failover>>,
+) -> (Samples, Arc<Counters>) {
+    let counters = Arc::new(Counters::default());
+    let mut tasks = Vec::new();
+    let run = format!("{prefix}-{}", std::process::id());
+    for c in 0..clients {
+        let backend = backend.clone();
+        let counters = counters.clone();
+        let failover = failover.clone();
+        let run = run.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Samples::default();
+            let mut generation = 0u32;
+            let mut last_token = 0u64;
+            while Instant::now() < deadline {
+                let key = format!("{run}-{c}-{generation}");
+                let t0 = Instant::now();
+                match backend.acquire(c, &key, OWN_KEY_WAIT, LEASE).await {
+                    Acq::Granted(held) => {
+                        let now = Instant::now();
+                        lat.add(now - t0);
+                        if held.token != 0 {
+                            if held.token <= last_token {
+                                counters.dup.fetch_add(1, Ordering::Relaxed);
+                            }
+                            last_token = held.token;
+                        }
+                        if let Some(f) = &failover {
+                            let killed = *f.killed_at.lock().unwrap_or_else(|p| p.into_inner());
+                            if killed.is_some_and(|k| t0 > k) {
+                                let mut fg = f.first_grant.lock().unwrap_or_else(|p| p.into_inner());
+                                if fg.is_none() {
+                                    *fg = Some(now);
+                                }
+                            }
+                        }
+                        match backend.release(c, held).await {
+                            Ok(()) => {
+                                if now < deadline {
+                                    counters.pairs.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                            Err(e) => {
+                                counters.error(format!("release:{e}"));
+                                generation += 1;
+                                last_token = 0;
+                            }
+                        }
+                    }
+                    Acq::NotGranted => {
+                        counters.not_granted.fetch_add(1, Ordering::Relaxed);
+                        generation += 1;
+                        last_token = 0;
+                    }
+                    Acq::Indeterminate => {
+                        counters.indeterminate.fetch_add(1, Ordering::Relaxed);
+                        generation += 1;
+                        last_token = 0;
+                    }
+                    Acq::Failed(e) => {
+                        counters.error(format!("acquire:{e}"));
+                        // No leader yet (failover): do not spin.
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
+            }
+            lat
+        }));
+    }
+    let mut all = Samples::default();
+    for t in tasks {
+        if let Ok(lat) = t.await {
+            all.merge(lat);
+        }
+    }
+    (all, counters)
+}
+
+/// W1: pairs/s and acquire latency of `clients` clients on keys of their own.
+pub async fn w1(system: &str, backend: Arc<dyn Backend>, clients: usize, duration: Duration) -> Report {
+    let start = Instant::now();
+    let (mut lat, counters) = own_keys(backend, clients, start + duration, "w1", None).await;
+    let secs = duration.as_secs_f64();
+    let pairs = counters.pairs.load(Ordering::Relaxed);
+    let mut r = Report::new(system, "W1");
+    r.set("clients", clients)
+        .set("ops_s", format!("{:.0}", pairs as f64 / secs))
+        .set("p50_us", lat.quantile(0.5))
+        .set("p99_us", lat.quantile(0.99))
+        .set("pairs", pairs)
+        .set("samples", lat.len());
+    counters.put(&mut r);
+    r
+}
+
+/// W2: `clients` clients on ONE key, each acquire (long wait) → release →
+/// acquire again. Hand-overs/s, release-to-next-grant latency (from the
+/// moment the holder sends its release to the next grant's arrival), grants
+/// per client (max/min: FIFO fairness), and mutual exclusion checked with a
+/// holder flag and strictly increasing tokens.
+pub async fn w2(system: &str, backend: Arc<dyn Backend>, clients: usize, duration: Duration) -> Report {
+    let start = Instant::now();
+    let deadline = start + duration;
+    let key = Arc::new(format!("w2-{}", std::process::id()));
+    let holder = Arc::new(AtomicI64::new(-1));
+    let last_release: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let last_token = Arc::new(AtomicU64::new(0));
+    let counters = Arc::new(Counters::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (backend, key, holder, last_release, last_token, counters, stop) = (
+            backend.clone(),
+            key.clone(),
+            holder.clone(),
+            last_release.clone(),
+            last_token.clone(),
+            counters.clone(),
+            stop.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut handover = Samples::default();
+            let mut grants = 0u64;
+            while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
+                match backend.acquire(c, &key, Duration::from_secs(30), LEASE).await {
+                    Acq::Granted(held) => {
+                        let now = Instant::now();
+                        if holder.swap(c as i64, Ordering::SeqCst) != -1 {
+                            counters.dup.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if held.token != 0 && held.token <= last_token.swap(held.token, Ordering::SeqCst) {
+                            counters.dup.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if let Some(r) = last_release.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                            if now < deadline {
+                                handover.add(now - r);
+                            }
+                        }
+                        if now < deadline {
+                            grants += 1;
+                        }
+                        holder.store(-1, Ordering::SeqCst);
+                        *last_release.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+                        if let Err(e) = backend.release(c, held).await {
+                            counters.error(format!("release:{e}"));
+                        }
+                    }
+                    Acq::NotGranted => {
+                        counters.not_granted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Acq::Indeterminate => {
+                        counters.indeterminate.fetch_add(1, Ordering::Relaxed);
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    Acq::Failed(e) => {
+                        counters.error(format!("acquire:{e}"));
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
+            }
+            (handover, grants)
+        }));
+    }
+    let mut lat = Samples::default();
+    let mut per_client = Vec::new();
+    for t in tasks {
+        match t.await {
+            Ok((h, g)) => {
+                lat.merge(h);
+                per_client.push(g);
+            }
+            Err(_) => per_client.push(0),
+        }
+    }
+    let total: u64 = per_client.iter().sum();
+    let max = per_client.iter().copied().max().unwrap_or(0);
+    let min = per_client.iter().copied().min().unwrap_or(0);
+    let mut r = Report::new(system, "W2");
+    r.set("clients", clients)
+        .set("ops_s", format!("{:.0}", total as f64 / duration.as_secs_f64()))
+        .set("p50_us", lat.quantile(0.5))
+        .set("p99_us", lat.quantile(0.99))
+        .set("grants", total)
+        .set("max_grants", max)
+        .set("min_grants", min)
+        .set("fairness", if min == 0 { "inf".to_owned() } else { format!("{:.3}", max as f64 / min as f64) });
+    counters.put(&mut r);
+    r
+}
+
+/// How W3 kills the leader: the backend names the leader's index, `pids`
+/// maps indexes to processes. Returns the killed index.
+pub type Killer = Box<dyn FnMut(usize) + Send>;
+
+/// W3: W1 with `clients` clients; after a third of the run, `kill -9` of the
+/// leader. Time from the kill to a new leader (as the backend sees it) and
+/// to the first grant of an acquire sent after the kill; Indeterminate
+/// count; duplicate grants (a token not above the key's previous one).
+pub async fn w3(
+    system: &str,
+    backend: Arc<dyn Backend>,
+    clients: usize,
+    duration: Duration,
+    mut kill: Killer,
+) -> Report {
+    let start = Instant::now();
+    let deadline = start + duration;
+    let failover = Arc::new(Failover::default());
+    let load = tokio::spawn(own_keys(backend.clone(), clients, deadline, "w3", Some(failover.clone())));
+    tokio::time::sleep(duration / 3).await;
+    let mut r = Report::new(system, "W3");
+    r.set("clients", clients);
+    let Some(old) = backend.leader().await else {
+        r.set("error", "no_leader_found_before_the_kill");
+        let _ = load.await;
+        return r;
+    };
+    let killed_at = Instant::now();
+    kill(old);
+    *failover.killed_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(killed_at);
+    let mut new_leader = None;
+    while Instant::now() < killed_at + Duration::from_secs(30) {
+        if let Some(l) = backend.leader().await {
+            if l != old {
+                new_leader = Some(killed_at.elapsed());
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (mut lat, counters) = load.await.unwrap_or_default();
+    let first = *failover.first_grant.lock().unwrap_or_else(|p| p.into_inner());
+    let secs = |d: Option<Duration>| d.map_or("none".to_owned(), |d| format!("{:.3}", d.as_secs_f64()));
+    r.set("ops_s", format!("{:.0}", counters.pairs.load(Ordering::Relaxed) as f64 / duration.as_secs_f64()))
+        .set("p50_us", lat.quantile(0.5))
+        .set("p99_us", lat.quantile(0.99))
+        .set("leader_s", secs(new_leader))
+        .set("first_grant_s", secs(first.map(|f| f - killed_at)));
+    counters.put(&mut r);
+    r
+}
