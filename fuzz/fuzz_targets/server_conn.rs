@@ -35,7 +35,7 @@ fuzz_target!(|data: &[u8]| {
         let (mut client, server) = tokio::io::duplex(64 * 1024);
         let (_stop_tx, stop_rx) = tokio::sync::broadcast::channel(1);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        let serve = conn::serve(server, manager::ConnId(1), &ctx, deadline, stop_rx);
+        let serve = conn::serve(server, manager::ConnId(1), "127.0.0.1:40000".parse().unwrap(), &ctx, deadline, stop_rx);
         let talk = async {
             let _ = client.write_all(data).await;
             let _ = client.shutdown().await;
