@@ -1,36 +1,18 @@
 //! The Ticketing servers a run starts itself: the release `ticketing-server`
 //! binary, standalone or a 3-node cluster, on free 127.0.0.1 ports, stopped
 //! (and reaped) when the [`Servers`] value is dropped. Port choice and the
-//! admin-port polling follow `ticketing-verify/src/cluster.rs`; there is no
+//! admin HTTP reads come from `ticketing-verify/src/cluster.rs`; there is no
 //! proxy here, so `--peers` lists the nodes' real peer ports.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-/// A free loopback port below the kernel's ephemeral range (so no outgoing
-/// connection takes it between this check and the server's bind).
-pub fn free_port() -> anyhow::Result<u16> {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let base = 20_000 + (std::process::id() % 89) * 131;
-    for _ in 0..12_000 {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let mut port = base + n % 12_000;
-        if port >= 32_000 {
-            port -= 12_000;
-        }
-        if TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
-            return Ok(port as u16);
-        }
-    }
-    anyhow::bail!("no free loopback port below 32000")
-}
+/// Free ports and admin HTTP reads are the fault suite's (one home for both).
+pub use ticketing_verify::cluster::{free_port, http_get};
 
 /// One server process.
 pub struct Node {
@@ -195,20 +177,6 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
 /// `/status` of the admin port, parsed (None if not reachable within 1 s).
 pub async fn status(port: u16) -> Option<serde_json::Value> {
     serde_json::from_str(&http_get(port, "/status").await?).ok()
-}
-
-/// A raw HTTP/1.1 GET on 127.0.0.1:`port`; the body of a 200 answer.
-pub async fn http_get(port: u16, path: &str) -> Option<String> {
-    let fut = async {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.ok()?;
-        let mut out = Vec::new();
-        s.read_to_end(&mut out).await.ok()?;
-        let out = String::from_utf8(out).ok()?;
-        let (head, body) = out.split_once("\r\n\r\n")?;
-        head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
-    };
-    tokio::time::timeout(Duration::from_secs(1), fut).await.ok().flatten()
 }
 
 /// A gauge from the admin `/metrics` text (`name value`).

@@ -353,9 +353,12 @@ fn abort(w: &OwnedWriteHalf) {
 /// 127.0.0.1:`proxy_port`: its socket's inode in `/proc/net/tcp`, then the
 /// process holding that inode.
 pub fn attribute(peer_port: u16, proxy_port: u16, pids: &[Option<u32>]) -> Option<usize> {
-    let tcp = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    use std::io::BufRead;
+    // Read line by line and stop at the match: on a busy machine the table
+    // holds thousands of sockets, and the kernel renders it as it is read.
+    let tcp = std::io::BufReader::new(std::fs::File::open("/proc/net/tcp").ok()?);
     let port = |f: &str| f.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
-    let inode = tcp.lines().skip(1).find_map(|line| {
+    let inode = tcp.lines().skip(1).map_while(Result::ok).find_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
         (f.len() > 9 && port(f[1]) == Some(peer_port) && port(f[2]) == Some(proxy_port)).then(|| f[9].to_owned())
     })?;
