@@ -34,6 +34,17 @@ impl Harness {
         }
     }
 
+    /// Every event so far as (op, answer); any other event fails the test.
+    fn answers(&self) -> Vec<(u64, Answer)> {
+        self.events
+            .iter()
+            .map(|e| match e {
+                SessionEvent::Answer { op, answer } => (op.0, answer.clone()),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
     fn at(&self, ms_: u64) -> Instant {
         self.t0 + ms(ms_)
     }
@@ -177,14 +188,7 @@ fn busy_and_release_answers() {
     h.drain();
     assert_eq!(h.take_wire(), "A 1 k o1 5 10\nR 2 j o2 4\nR 3 j o2 4\n");
     h.input(3, b"N 3 j\nB 1 k\nR 2 j\n");
-    let answers: Vec<_> = h
-        .events
-        .iter()
-        .map(|e| match e {
-            SessionEvent::Answer { op, answer } => (op.0, answer.clone()),
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let answers = h.answers();
     assert_eq!(answers, vec![(3, Answer::NotHolder), (1, Answer::Busy), (2, Answer::Released)]);
 }
 
@@ -342,14 +346,7 @@ fn query_answers_h_or_n_and_counts_as_a_lane_request() {
     h.drain();
     assert_eq!(h.take_wire(), "Q 1 k o1\nQ 2 j o2\n");
     h.input(3, b"N 2 j\nH 1 k o1 1700000000000000 4200\n");
-    let answers: Vec<_> = h
-        .events
-        .iter()
-        .map(|e| match e {
-            SessionEvent::Answer { op, answer } => (op.0, answer.clone()),
-            other => panic!("{other:?}"),
-        })
-        .collect();
+    let answers = h.answers();
     let held = Answer::Held { token: Token::new(1700000000000000).unwrap(), remaining_ms: 4200 };
     assert_eq!(answers, vec![(2, Answer::NotHolder), (1, held)]);
     assert_eq!(h.s.pending_releases(), 0);
