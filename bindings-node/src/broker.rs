@@ -71,16 +71,7 @@ impl NativeBroker {
         tls_client_key: Option<String>,
     ) -> napi::Result<Self> {
         let tls: Tls = tls.as_deref().unwrap_or("off").parse().map_err(client)?;
-        let mut builder = TicketBroker::builder(addrs).tls(tls);
-        if let Some(token) = token {
-            builder = builder.token(token);
-        }
-        if let Some(cert) = tls_client_cert {
-            builder = builder.tls_client_cert(cert);
-        }
-        if let Some(key) = tls_client_key {
-            builder = builder.tls_client_key(key);
-        }
+        let builder = TicketBroker::builder(addrs).tls(tls).with_optional(token, tls_client_cert, tls_client_key);
         Ok(NativeBroker { inner: builder.build().map_err(client)? })
     }
 

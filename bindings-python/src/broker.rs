@@ -86,16 +86,7 @@ impl Broker {
     ) -> PyResult<Self> {
         let tls: Tls = tls.parse().map_err(to_pyerr)?;
         let inner = py.detach(move || {
-            let mut builder = TicketBroker::builder(addrs).tls(tls);
-            if let Some(token) = token {
-                builder = builder.token(token);
-            }
-            if let Some(cert) = tls_client_cert {
-                builder = builder.tls_client_cert(cert);
-            }
-            if let Some(key) = tls_client_key {
-                builder = builder.tls_client_key(key);
-            }
+            let builder = TicketBroker::builder(addrs).tls(tls).with_optional(token, tls_client_cert, tls_client_key);
             builder.build()
         });
         Ok(Broker { inner: inner.map_err(to_pyerr)? })

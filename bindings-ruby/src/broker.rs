@@ -33,16 +33,7 @@ impl Broker {
         tls_client_key: Option<String>,
     ) -> Result<Self, Error> {
         let tls: Tls = tls.parse().map_err(|e| to_rb(ruby, e))?;
-        let mut builder = TicketBroker::builder(addrs).tls(tls);
-        if let Some(token) = token {
-            builder = builder.token(token);
-        }
-        if let Some(cert) = tls_client_cert {
-            builder = builder.tls_client_cert(cert);
-        }
-        if let Some(key) = tls_client_key {
-            builder = builder.tls_client_key(key);
-        }
+        let builder = TicketBroker::builder(addrs).tls(tls).with_optional(token, tls_client_cert, tls_client_key);
         Ok(Broker { inner: builder.build().map_err(|e| to_rb(ruby, e))? })
     }
 

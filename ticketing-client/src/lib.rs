@@ -201,6 +201,27 @@ impl Builder {
         self
     }
 
+    /// The options a language binding passes through, each optional: a
+    /// token, a client certificate and its key (`None` leaves that option
+    /// as it is).
+    pub fn with_optional(
+        mut self,
+        token: Option<String>,
+        tls_client_cert: Option<impl Into<PathBuf>>,
+        tls_client_key: Option<impl Into<PathBuf>>,
+    ) -> Builder {
+        if let Some(token) = token {
+            self = self.token(token);
+        }
+        if let Some(cert) = tls_client_cert {
+            self = self.tls_client_cert(cert);
+        }
+        if let Some(key) = tls_client_key {
+            self = self.tls_client_key(key);
+        }
+        self
+    }
+
     /// Validates the options and starts the driver on the process-wide
     /// runtime (connections start at once; this does not wait for them).
     /// Works from inside or outside any tokio runtime.
