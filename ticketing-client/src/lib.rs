@@ -42,6 +42,7 @@ mod driver;
 mod error;
 mod runtime;
 mod tls;
+mod transport;
 
 pub use error::{Error, Result};
 pub use runtime::runtime;
