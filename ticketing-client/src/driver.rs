@@ -24,7 +24,8 @@ pub(crate) const COMMAND_QUEUE: usize = 1024;
 /// Socket reads (or connection events) waiting for the driver: a full
 /// queue stops the reading tasks, so TCP pushes back on the server.
 pub(crate) const INPUT_QUEUE: usize = 256;
-/// Frames waiting to be written on one connection. The broker never has
+/// Chunks (a driver pass's frames, or what the socket did not take at once)
+/// waiting to be written on one connection. The broker never has
 /// more than `max_pending_per_conn` requests in flight on a connection, so
 /// this fills only when the server stops reading: the connection is then
 /// dropped as lost (its requests fail or are retried by the rules of
