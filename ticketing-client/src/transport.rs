@@ -288,6 +288,57 @@ fn push_outbound(tx: &mpsc::Sender<Bytes>, data: Bytes) -> Result<(), Stalled> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::{Duration, Instant};
+    use tokio::io::AsyncReadExt;
+
+    /// Direct writes while the socket takes them, the writer task once it
+    /// does not (a peer that stops reading): every byte arrives, in order.
+    #[test]
+    fn direct_writes_and_the_writer_keep_the_byte_order() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            let (io_tx, _io_rx) = mpsc::channel(8);
+            let handle = ConnHandle::spawn(ConnId(1), addr, None, io_tx);
+            let (mut peer, _) =
+                tokio::time::timeout(Duration::from_secs(10), listener.accept()).await.unwrap().unwrap();
+            let until = Instant::now() + Duration::from_secs(10);
+            while handle.direct.stream.get().is_none() {
+                assert!(Instant::now() < until, "the connection task never opened the socket");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            // The peer reads nothing yet: the socket fills, then chunks queue for the writer.
+            const CHUNK: usize = 16 * 1024;
+            let (mut sent, mut queued_seen, mut after) = (0u32, false, 0);
+            while after < 16 {
+                assert!(sent < 4096, "the socket never stopped taking bytes");
+                let chunk: Vec<u8> = sent.to_be_bytes().iter().copied().cycle().take(CHUNK).collect();
+                handle.send(Bytes::from(chunk)).expect("the queue has room");
+                sent += 1;
+                if handle.direct.queued.load(Ordering::Acquire) > 0 {
+                    queued_seen = true;
+                }
+                if queued_seen {
+                    after += 1;
+                }
+            }
+            // Now the peer reads everything: chunk i is i's bytes, in order.
+            let mut got = vec![0u8; sent as usize * CHUNK];
+            tokio::time::timeout(Duration::from_secs(30), peer.read_exact(&mut got)).await.unwrap().unwrap();
+            for (i, chunk) in got.chunks(CHUNK).enumerate() {
+                let want: Vec<u8> = (i as u32).to_be_bytes().iter().copied().cycle().take(CHUNK).collect();
+                assert!(chunk == &want[..], "chunk {i} of {sent} is out of place");
+            }
+            // The writer has written everything: direct writes may go again.
+            let until = Instant::now() + Duration::from_secs(10);
+            while handle.direct.queued.load(Ordering::Acquire) != 0 {
+                assert!(Instant::now() < until, "the writer never caught up");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            handle.abort();
+        });
+    }
 
     #[test]
     fn a_full_outbound_queue_is_reported_not_skipped() {
