@@ -1,9 +1,10 @@
 //! The driver task: owns the sockets and the `proto::Broker`, and is the only
 //! place that feeds it. Handles talk to it through a command channel; every
 //! connection has a small task that moves bytes between its socket and the
-//! driver.
+//! driver (`crate::transport`), and on plain TCP the driver writes to the
+//! socket itself when it can.
 
-use crate::tls;
+use crate::transport::{ConnHandle, Stalled};
 use bytes::Bytes;
 use rustls::ClientConfig;
 use std::collections::HashMap;
@@ -13,10 +14,7 @@ use ticketing_proto::broker::{Broker, BrokerEvent, ConnId, Failure, Grant, OpId}
 use ticketing_proto::lane::Purpose;
 use ticketing_proto::params::AcquireParams;
 use ticketing_proto::session::CloseReason;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
 /// Commands from the handles waiting for the driver. A full queue makes
@@ -26,12 +24,18 @@ pub(crate) const COMMAND_QUEUE: usize = 1024;
 /// Socket reads (or connection events) waiting for the driver: a full
 /// queue stops the reading tasks, so TCP pushes back on the server.
 pub(crate) const INPUT_QUEUE: usize = 256;
-/// Frames waiting to be written on one connection. The broker never has
+/// Chunks (a driver pass's frames, or what the socket did not take at once)
+/// waiting to be written on one connection. The broker never has
 /// more than `max_pending_per_conn` requests in flight on a connection, so
 /// this fills only when the server stops reading: the connection is then
 /// dropped as lost (its requests fail or are retried by the rules of
 /// docs/client.md), never a frame silently skipped.
 pub(crate) const OUTBOUND_QUEUE: usize = 2 * ticketing_proto::limits::MAX_PENDING_PER_CONN + 16;
+
+/// At most this many more commands and socket reads are taken per pass of
+/// the driver before its output is drained (each pass ends with one write
+/// per connection).
+const BATCH: usize = 128;
 
 /// Where an acquire's result goes.
 pub(crate) type AcquireReply = oneshot::Sender<Result<Option<Grant>, Failure>>;
@@ -73,19 +77,11 @@ pub(crate) enum Cmd {
     },
 }
 
-enum Io {
+pub(crate) enum Io {
     Data(ConnId, Bytes),
     Lost(ConnId),
     /// The transport could not be opened (TCP connect or TLS handshake): `addr: error`.
     Failed(ConnId, String),
-}
-
-trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
-
-struct ConnHandle {
-    tx: mpsc::Sender<Bytes>,
-    task: JoinHandle<()>,
 }
 
 struct Driver {
@@ -135,35 +131,66 @@ pub(crate) async fn run(broker: Broker, tls: Option<Arc<ClientConfig>>, mut cmds
             }
         };
         tokio::select! {
-            cmd = cmds.recv(), if cmds_open => match cmd {
-                Some(cmd) => d.on_cmd(cmd),
-                None => {
-                    // Every handle is gone: close (best-effort releases), then stop.
-                    cmds_open = false;
-                    d.broker.close(Instant::now());
-                }
-            },
-            Some(io) = io_rx.recv() => match io {
-                Io::Data(conn, bytes) => d.broker.handle_input(Instant::now(), conn, &bytes),
-                Io::Lost(conn) => d.broker.handle_conn_lost(Instant::now(), conn),
-                Io::Failed(conn, error) => {
-                    d.last_error = Some(error);
-                    d.broker.handle_conn_lost(Instant::now(), conn);
-                }
-            },
+            cmd = cmds.recv(), if cmds_open => d.on_cmd_or_end(cmd, &mut cmds_open),
+            Some(io) = io_rx.recv() => d.on_io(io),
             _ = sleep => {
                 let now = Instant::now();
                 d.broker.handle_timeout(now);
                 d.expire_waiters(now);
             }
         }
+        // Take whatever else is already queued before draining, so the frames
+        // of many requests leave in one write per connection (one wake-up of
+        // its writer, one syscall) instead of one each. Bounded per pass.
+        for _ in 0..BATCH {
+            let mut took = false;
+            if cmds_open {
+                match cmds.try_recv() {
+                    Ok(cmd) => {
+                        d.on_cmd(cmd);
+                        took = true;
+                    }
+                    Err(mpsc::error::TryRecvError::Disconnected) => d.on_cmd_or_end(None, &mut cmds_open),
+                    Err(mpsc::error::TryRecvError::Empty) => {}
+                }
+            }
+            if let Ok(io) = io_rx.try_recv() {
+                d.on_io(io);
+                took = true;
+            }
+            if !took {
+                break;
+            }
+        }
     }
     for (_, c) in d.conns.drain() {
-        c.task.abort();
+        c.abort();
     }
 }
 
 impl Driver {
+    fn on_cmd_or_end(&mut self, cmd: Option<Cmd>, cmds_open: &mut bool) {
+        match cmd {
+            Some(cmd) => self.on_cmd(cmd),
+            None => {
+                // Every handle is gone: close (best-effort releases), then stop.
+                *cmds_open = false;
+                self.broker.close(Instant::now());
+            }
+        }
+    }
+
+    fn on_io(&mut self, io: Io) {
+        match io {
+            Io::Data(conn, bytes) => self.broker.handle_input(Instant::now(), conn, &bytes),
+            Io::Lost(conn) => self.broker.handle_conn_lost(Instant::now(), conn),
+            Io::Failed(conn, error) => {
+                self.last_error = Some(error);
+                self.broker.handle_conn_lost(Instant::now(), conn);
+            }
+        }
+    }
+
     fn on_cmd(&mut self, cmd: Cmd) {
         let now = Instant::now();
         match cmd {
@@ -236,7 +263,7 @@ impl Driver {
             while let Some(t) = self.broker.poll_transmit() {
                 moved = true;
                 if let Some(c) = self.conns.get(&t.conn) {
-                    if let Err(Stalled) = push_outbound(&c.tx, t.data) {
+                    if let Err(Stalled) = c.send(t.data) {
                         stalled.push(t.conn);
                     }
                 }
@@ -245,7 +272,7 @@ impl Driver {
                 // The server does not read: this connection is lost, not a frame skipped.
                 if let Some(c) = self.conns.remove(&conn) {
                     warn!(conn = conn.0, queued = OUTBOUND_QUEUE, "the server does not read; dropping the connection");
-                    c.task.abort();
+                    c.abort();
                     self.last_error = Some("the server stopped reading; connection dropped".into());
                     self.broker.handle_conn_lost(Instant::now(), conn);
                 }
@@ -274,13 +301,12 @@ impl Driver {
     fn on_event(&mut self, ev: BrokerEvent) {
         match ev {
             BrokerEvent::Connect { conn, addr } => {
-                let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
-                let task = tokio::spawn(connection(conn, addr, self.tls.clone(), self.io_tx.clone(), rx));
-                self.conns.insert(conn, ConnHandle { tx, task });
+                let handle = ConnHandle::spawn(conn, addr, self.tls.clone(), self.io_tx.clone());
+                self.conns.insert(conn, handle);
             }
             BrokerEvent::Disconnect { conn } => {
                 if let Some(c) = self.conns.remove(&conn) {
-                    c.task.abort();
+                    c.abort();
                 }
             }
             BrokerEvent::Acquired { op, result } => {
@@ -339,116 +365,5 @@ impl Driver {
                 self.finished = true;
             }
         }
-    }
-}
-
-/// One transport: TCP (+ TLS), then bytes both ways until either side ends.
-async fn connection(
-    conn: ConnId,
-    addr: String,
-    tls: Option<Arc<ClientConfig>>,
-    io: mpsc::Sender<Io>,
-    mut outbound: mpsc::Receiver<Bytes>,
-) {
-    let stream = match open(&addr, tls).await {
-        Ok(s) => s,
-        Err(e) => {
-            debug!(conn = conn.0, %addr, error = %e, "connect failed");
-            let _ = io.send(Io::Failed(conn, format!("{addr}: {e}"))).await;
-            return;
-        }
-    };
-    let (mut rd, mut wr) = tokio::io::split(stream);
-    let io_read = io.clone();
-    // A read error is reported as the transport failure (`last_error`): with
-    // TLS 1.3 a server that refuses our client certificate says so only
-    // after our side of the handshake, as an alert on the first read.
-    let reader = async move {
-        let mut buf = vec![0u8; 4096];
-        loop {
-            match rd.read(&mut buf).await {
-                Ok(0) => return None,
-                Err(e) => return Some(e),
-                Ok(n) => {
-                    // Waits while the driver's input queue is full (back-pressure).
-                    if io_read.send(Io::Data(conn, Bytes::copy_from_slice(&buf[..n]))).await.is_err() {
-                        return None;
-                    }
-                }
-            }
-        }
-    };
-    let writer = async move {
-        while let Some(data) = outbound.recv().await {
-            if let Err(e) = wr.write_all(&data).await {
-                warn!(conn = conn.0, error = %e, "write failed");
-                break;
-            }
-            if wr.flush().await.is_err() {
-                break;
-            }
-        }
-        let _ = wr.shutdown().await;
-    };
-    let read_error = tokio::select! {
-        e = reader => e,
-        _ = writer => None,
-    };
-    match read_error {
-        Some(e) => {
-            let _ = io.send(Io::Failed(conn, format!("{addr}: {e}"))).await;
-        }
-        None => {
-            let _ = io.send(Io::Lost(conn)).await;
-        }
-    }
-}
-
-async fn open(addr: &str, tls: Option<Arc<ClientConfig>>) -> std::io::Result<Box<dyn Stream>> {
-    let tcp = TcpStream::connect(addr).await.map_err(|e| std::io::Error::new(e.kind(), format!("connect: {e}")))?;
-    let _ = tcp.set_nodelay(true);
-    match tls {
-        None => Ok(Box::new(tcp)),
-        Some(config) => {
-            let name = tls::server_name(addr).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-            let stream = tokio_rustls::TlsConnector::from(config)
-                .connect(name, tcp)
-                .await
-                .map_err(|e| std::io::Error::new(e.kind(), format!("tls handshake: {e}")))?;
-            Ok(Box::new(stream))
-        }
-    }
-}
-
-/// A connection's outbound queue is full.
-#[derive(Debug, PartialEq, Eq)]
-struct Stalled;
-
-/// Queues `data` for a connection's writer without waiting.
-fn push_outbound(tx: &mpsc::Sender<Bytes>, data: Bytes) -> Result<(), Stalled> {
-    match tx.try_send(data) {
-        Ok(()) => Ok(()),
-        Err(mpsc::error::TrySendError::Full(_)) => Err(Stalled),
-        // The writer ended: its `Io::Lost` is on the way.
-        Err(mpsc::error::TrySendError::Closed(_)) => Ok(()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_full_outbound_queue_is_reported_not_skipped() {
-        let (tx, mut rx) = mpsc::channel(2);
-        assert_eq!(push_outbound(&tx, Bytes::from_static(b"a\n")), Ok(()));
-        assert_eq!(push_outbound(&tx, Bytes::from_static(b"b\n")), Ok(()));
-        assert_eq!(push_outbound(&tx, Bytes::from_static(b"c\n")), Err(Stalled));
-        assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(b"a\n"));
-        assert_eq!(push_outbound(&tx, Bytes::from_static(b"c\n")), Ok(()));
-        assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(b"b\n"));
-        assert_eq!(rx.try_recv().unwrap(), Bytes::from_static(b"c\n"));
-        drop(rx);
-        assert_eq!(push_outbound(&tx, Bytes::from_static(b"d\n")), Ok(()), "a closed writer is a lost connection");
     }
 }

@@ -42,6 +42,7 @@ mod driver;
 mod error;
 mod runtime;
 mod tls;
+mod transport;
 
 pub use error::{Error, Result};
 pub use runtime::runtime;
@@ -96,7 +97,7 @@ impl Shared {
         let broker = Broker::new(Instant::now(), config.clone(), Box::new(rand_core::OsRng))
             .map_err(|e| Error::InvalidArgument(e.to_string()))?;
         let (tx, rx) = mpsc::channel(driver::COMMAND_QUEUE);
-        runtime().spawn(driver::run(broker, tls.clone(), rx));
+        runtime::io_runtime().spawn(driver::run(broker, tls.clone(), rx));
         Ok(tx)
     }
 
