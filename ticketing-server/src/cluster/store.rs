@@ -179,7 +179,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok((inner.last_applied, inner.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<Option<crate::locks::Applied>>>
+    async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<Vec<crate::locks::Applied>>>
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
     {
@@ -188,11 +188,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         for entry in entries {
             inner.last_applied = Some(entry.log_id);
             match entry.payload {
-                EntryPayload::Blank => out.push(None),
-                EntryPayload::Normal(cmd) => out.push(Some(inner.locks.apply(&cmd))),
+                EntryPayload::Blank => out.push(Vec::new()),
+                EntryPayload::Normal(batch) => out.push(batch.apply(&mut inner.locks)),
                 EntryPayload::Membership(m) => {
                     inner.membership = StoredMembership::new(Some(entry.log_id), m);
-                    out.push(None);
+                    out.push(Vec::new());
                 }
             }
         }
@@ -238,6 +238,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
 #[cfg(test)]
 mod tests {
+    use super::super::types::Batch;
     use super::*;
     use crate::locks::{Applied, Command};
     use openraft::{CommittedLeaderId, EntryPayload};
@@ -257,11 +258,11 @@ mod tests {
             micros: 100,
             dt: 0,
         };
-        let out =
-            sm.apply(vec![entry(1, EntryPayload::Blank), entry(2, EntryPayload::Normal(grant.clone()))]).await.unwrap();
-        assert_eq!(out, vec![None, Some(Applied::Granted(Token::new(100).unwrap()))]);
-        let out = sm.apply(vec![entry(3, EntryPayload::Normal(grant))]).await.unwrap();
-        assert_eq!(out, vec![Some(Applied::AlreadyHeld)]);
+        let one = |c: &Command| EntryPayload::Normal(Batch(vec![c.clone()]));
+        let out = sm.apply(vec![entry(1, EntryPayload::Blank), entry(2, one(&grant))]).await.unwrap();
+        assert_eq!(out, vec![vec![], vec![Applied::Granted(Token::new(100).unwrap())]]);
+        let out = sm.apply(vec![entry(3, one(&grant))]).await.unwrap();
+        assert_eq!(out, vec![vec![Applied::AlreadyHeld]]);
 
         let snap = sm.build_snapshot().await.unwrap();
         let mut other = StateMachine::default();
