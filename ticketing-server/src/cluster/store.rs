@@ -273,6 +273,60 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_batch_entry_applies_its_commands_in_order() {
+        let (k, o) = (|s: &str| Key::new(s.to_owned()).unwrap(), |s: &str| Owner::new(s.to_owned()).unwrap());
+        let grant = |key: &str, owner: &str, micros| Command::Grant {
+            key: k(key),
+            owner: o(owner),
+            lease_s: 5,
+            micros,
+            dt: micros,
+        };
+        let t = |n| Token::new(n).unwrap();
+        let release = Command::Release { key: k("a"), owner: o("o1"), token: t(10), next: None, micros: 0, dt: 12 };
+        let cmds = vec![
+            grant("a", "o1", 10),
+            grant("b", "o2", 5),
+            Command::Tick { dt: 11 },
+            grant("a", "o3", 50),
+            release.clone(),
+            release,
+            grant("a", "o4", 0),
+        ];
+        let mut batched = StateMachine::default();
+        let out = batched
+            .apply(vec![entry(1, EntryPayload::Blank), entry(2, EntryPayload::Normal(Batch(cmds.clone())))])
+            .await
+            .unwrap();
+        let expected = vec![
+            Applied::Granted(t(10)),
+            Applied::Granted(t(11)),
+            Applied::Ticked,
+            Applied::AlreadyHeld,
+            Applied::Released { handed_over: None },
+            Applied::NotHolder,
+            Applied::Granted(t(12)),
+        ];
+        assert_eq!(out, vec![vec![], expected.clone()]);
+        // The same as one entry per command.
+        let mut single = StateMachine::default();
+        let entries = cmds.iter().zip(1..).map(|(c, i)| entry(i, EntryPayload::Normal(Batch(vec![c.clone()]))));
+        let out = single.apply(entries.collect::<Vec<_>>()).await.unwrap();
+        assert_eq!(out.concat(), expected);
+        assert_eq!(single.locks(), batched.locks());
+        // The largest dt applied, also of a command that changed nothing.
+        assert_eq!(batched.locks().domain_time(), 50);
+    }
+
+    #[test]
+    fn a_batch_is_a_json_array_of_commands() {
+        let b = Batch(vec![Command::Tick { dt: 7 }]);
+        let json = serde_json::to_string(&b).unwrap();
+        assert_eq!(json, r#"[{"Tick":{"dt":7}}]"#);
+        assert_eq!(serde_json::from_str::<Batch>(&json).unwrap(), b);
+    }
+
+    #[tokio::test]
     async fn bad_snapshot_is_an_error_not_a_panic() {
         let mut sm = StateMachine::default();
         let meta = SnapshotMeta::default();

@@ -22,7 +22,7 @@ pub(super) enum Intent {
 }
 
 /// The most commands in one batch (one proposal, one Raft log entry).
-pub(super) const MAX_BATCH_COMMANDS: usize = 256;
+pub(super) const MAX_BATCH_COMMANDS: usize = 128;
 
 /// The most estimated encoded bytes ([`encoded_estimate`]) of the commands in
 /// one batch. openraft sends at most 300 entries in one AppendEntries, and
@@ -375,5 +375,48 @@ impl Manager {
             }
         }
         self.pump(&key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ticketing_proto::Owner;
+
+    fn grant(key: &str, owner: &str) -> Command {
+        Command::Grant {
+            key: Key::new(key.to_owned()).unwrap(),
+            owner: Owner::new(owner.to_owned()).unwrap(),
+            lease_s: 5,
+            micros: 1,
+            dt: 1,
+        }
+    }
+
+    #[test]
+    fn batches_are_bounded_in_count_and_bytes() {
+        let small: Vec<Command> = (0..1000).map(|i| grant(&format!("k{i}"), "o")).collect();
+        assert_eq!(batch_len(&small), MAX_BATCH_COMMANDS);
+        assert_eq!(batch_len(&small[..3]), 3);
+        // The longest key and owner, of characters JSON escapes.
+        let (key, owner) = ("\"".repeat(250), "\\".repeat(64));
+        let big: Vec<Command> = (0..100).map(|_| grant(&key, &owner)).collect();
+        let n = batch_len(&big);
+        assert!(n > 1 && n < 100, "{n}");
+        assert!(n * encoded_estimate(&big[0]) <= MAX_BATCH_BYTES);
+        assert!((n + 1) * encoded_estimate(&big[0]) > MAX_BATCH_BYTES);
+        // The estimate bounds the real encoding (JSON, as in a log entry).
+        let t = Token::new(ticketing_proto::limits::TOKEN_MAX).unwrap();
+        let release = Command::Release {
+            key: Key::new(key.clone()).unwrap(),
+            owner: Owner::new(owner.clone()).unwrap(),
+            token: t,
+            next: Some(NextHolder { owner: Owner::new(owner.clone()).unwrap(), lease_s: 250 }),
+            micros: u64::MAX,
+            dt: u64::MAX,
+        };
+        for cmd in [&big[0], &small[0], &Command::Tick { dt: u64::MAX }, &release] {
+            assert!(serde_json::to_vec(cmd).unwrap().len() <= encoded_estimate(cmd), "{cmd:?}");
+        }
     }
 }
