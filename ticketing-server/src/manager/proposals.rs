@@ -115,11 +115,9 @@ impl Manager {
     pub(super) fn flush(&mut self) {
         while !self.outbox.cmds.is_empty() && self.batches_in_flight < MAX_BATCHES_IN_FLIGHT {
             let n = batch_len(&self.outbox.cmds);
-            let (cmds, items) = if n == self.outbox.cmds.len() {
-                (std::mem::take(&mut self.outbox.cmds), std::mem::take(&mut self.outbox.items))
-            } else {
-                (self.outbox.cmds.drain(..n).collect(), self.outbox.items.drain(..n).collect())
-            };
+            // One exact allocation per batch; the outbox keeps its capacity.
+            let cmds: Vec<Command> = self.outbox.cmds.drain(..n).collect();
+            let items: Vec<Item> = self.outbox.items.drain(..n).collect();
             let epoch = self.epoch;
             match self.replicator.propose(cmds) {
                 Proposal::Ready(result) => self.on_done(Done { epoch, items, result }),
