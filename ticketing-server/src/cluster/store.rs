@@ -320,10 +320,29 @@ mod tests {
 
     #[test]
     fn a_batch_is_a_json_array_of_commands() {
-        let b = Batch(vec![Command::Tick { dt: 7 }]);
+        // The example of docs/cluster-protocol.md, "Log entries".
+        let (k, o) = (|s: &str| Key::new(s.to_owned()).unwrap(), |s: &str| Owner::new(s.to_owned()).unwrap());
+        let b = Batch(vec![
+            Command::Grant { key: k("k1"), owner: o("o1"), lease_s: 5, micros: 1764547200000000, dt: 81234 },
+            Command::Release {
+                key: k("k2"),
+                owner: o("o2"),
+                token: Token::new(1764547199000001).unwrap(),
+                next: Some(crate::locks::NextHolder { owner: o("o3"), lease_s: 5 }),
+                micros: 1764547200000012,
+                dt: 81234,
+            },
+            Command::Tick { dt: 81240 },
+        ]);
         let json = serde_json::to_string(&b).unwrap();
-        assert_eq!(json, r#"[{"Tick":{"dt":7}}]"#);
+        let doc = concat!(
+            r#"[{"Grant":{"key":"k1","owner":"o1","lease_s":5,"micros":1764547200000000,"dt":81234}},"#,
+            r#"{"Release":{"key":"k2","owner":"o2","token":1764547199000001,"next":{"owner":"o3","lease_s":5},"micros":1764547200000012,"dt":81234}},"#,
+            r#"{"Tick":{"dt":81240}}]"#
+        );
+        assert_eq!(json, doc);
         assert_eq!(serde_json::from_str::<Batch>(&json).unwrap(), b);
+        assert!(serde_json::from_str::<Batch>(r#"{"Tick":{"dt":1}}"#).is_err(), "a payload is an array");
     }
 
     #[tokio::test]
