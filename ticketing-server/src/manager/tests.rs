@@ -181,9 +181,12 @@ async fn ticks_are_committed_while_nothing_else_is() {
 
 /// A replicator whose batches wait until the test commits (applies) or
 /// fails them; it records every batch it was given.
+/// The keys of one batch, and where the test says commit (`true`) or fail.
+type GatedBatch = (Vec<Key>, Option<oneshot::Sender<bool>>);
+
 struct Gated {
     state: Arc<Standalone>,
-    batches: std::sync::Mutex<Vec<(Vec<Key>, Option<oneshot::Sender<bool>>)>>,
+    batches: std::sync::Mutex<Vec<GatedBatch>>,
 }
 
 impl Gated {
