@@ -401,7 +401,11 @@ mod tests {
         /// counter, every effect), also one restored from a snapshot midway;
         /// and every token issued is larger than every token before it.
         #[test]
-        fn same_commands_same_state(steps in proptest::collection::vec(step(), 1..120), cut in any::<prop::sample::Index>()) {
+        fn same_commands_same_state(
+            steps in proptest::collection::vec(step(), 1..120),
+            cut in any::<prop::sample::Index>(),
+            batches in proptest::collection::vec(1..8usize, 1..40),
+        ) {
             let mut leader = LockState::new();
             let cmds: Vec<Command> = steps.iter().map(|st| {
                 let c = command(&leader, st);
@@ -411,6 +415,7 @@ mod tests {
             let cut = cut.index(cmds.len());
             let (mut a, mut b) = (LockState::new(), LockState::new());
             let mut last = 0u64;
+            let mut effects = Vec::new();
             for (i, c) in cmds.iter().enumerate() {
                 if i == cut {
                     let snap = serde_json::to_string(&b).unwrap();
@@ -418,6 +423,7 @@ mod tests {
                 }
                 let ea = a.apply(c);
                 prop_assert_eq!(&ea, &b.apply(c));
+                effects.push(ea.clone());
                 let issued = match ea {
                     Applied::Granted(t) | Applied::Released { handed_over: Some(t) } | Applied::Expired { handed_over: Some(t) } => Some(t),
                     _ => None,
@@ -430,6 +436,19 @@ mod tests {
             }
             prop_assert_eq!(&a, &b);
             prop_assert_eq!(&a, &leader);
+            // A replica fed the same commands in batches (one Raft entry
+            // each, cut at random sizes) has the same effects and state.
+            let (mut batched, mut batched_effects, mut rest) = (LockState::new(), Vec::new(), &cmds[..]);
+            for n in batches.iter().cycle() {
+                if rest.is_empty() {
+                    break;
+                }
+                let (batch, tail) = rest.split_at((*n).min(rest.len()));
+                batched_effects.extend(crate::cluster::types::Batch(batch.to_vec()).apply(&mut batched));
+                rest = tail;
+            }
+            prop_assert_eq!(&batched_effects, &effects);
+            prop_assert_eq!(&batched, &a);
             prop_assert_eq!(a.last_token(), last);
             // The domain time is the largest dt applied, and every holder's
             // grant time is one that was applied.

@@ -23,8 +23,28 @@ pub enum ProposeError {
     Shutdown,
 }
 
-/// A boxed proposal future.
-pub type Proposal = Pin<Box<dyn Future<Output = Result<Applied, ProposeError>> + Send>>;
+/// The outcome of a proposed batch: one [`Applied`] per command, in order,
+/// or one error for the whole batch (committed all together or not at all).
+pub type BatchOutcome = Result<Vec<Applied>, ProposeError>;
+
+/// What [`Replicator::propose`] gives back.
+pub enum Proposal {
+    /// Already committed and applied (standalone): the manager routes the
+    /// outcomes at once, without a task or a channel round trip.
+    Ready(BatchOutcome),
+    /// Being committed: resolves once committed and applied (or failed).
+    Pending(Pin<Box<dyn Future<Output = BatchOutcome> + Send>>),
+}
+
+impl Proposal {
+    /// The outcome, awaiting it if it is pending.
+    pub async fn outcome(self) -> BatchOutcome {
+        match self {
+            Proposal::Ready(outcome) => outcome,
+            Proposal::Pending(fut) => fut.await,
+        }
+    }
+}
 
 /// What this node knows about leadership, published on a `watch` channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,9 +83,11 @@ pub fn redirect(leader: Option<&Addr>, own: &Addr) -> ServerFrame {
 
 /// Makes lock commands durable and applied, in one order, before anything is answered.
 pub trait Replicator: Send + Sync + 'static {
-    /// Propose one command; resolves once it is committed and applied, with
-    /// the outcome of [`LockState::apply`] for it.
-    fn propose(&self, cmd: Command) -> Proposal;
+    /// Propose a batch of commands (never empty) as one unit: committed
+    /// together, applied in order with [`LockState::apply`]; the outcome has
+    /// one [`Applied`] per command, in order. Commands of one batch are about
+    /// distinct keys (the manager keeps one proposal per key in flight).
+    fn propose(&self, cmds: Vec<Command>) -> Proposal;
 
     /// Runs `f` on the applied state, without copying it.
     fn with_applied(&self, f: &mut dyn FnMut(&LockState));
@@ -123,12 +145,11 @@ impl Standalone {
 }
 
 impl Replicator for Standalone {
-    fn propose(&self, cmd: Command) -> Proposal {
-        let outcome = match self.state.lock() {
-            Ok(mut state) => Ok(state.apply(&cmd)),
+    fn propose(&self, cmds: Vec<Command>) -> Proposal {
+        Proposal::Ready(match self.state.lock() {
+            Ok(mut state) => Ok(cmds.iter().map(|cmd| state.apply(cmd)).collect()),
             Err(_) => Err(ProposeError::Unknown),
-        };
-        Box::pin(std::future::ready(outcome))
+        })
     }
 
     fn with_applied(&self, f: &mut dyn FnMut(&LockState)) {

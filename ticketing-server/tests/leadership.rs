@@ -23,8 +23,8 @@ struct Controlled {
 }
 
 impl Replicator for Controlled {
-    fn propose(&self, cmd: Command) -> Proposal {
-        self.inner.propose(cmd)
+    fn propose(&self, cmds: Vec<Command>) -> Proposal {
+        self.inner.propose(cmds)
     }
     fn with_applied(&self, f: &mut dyn FnMut(&LockState)) {
         self.inner.with_applied(f)

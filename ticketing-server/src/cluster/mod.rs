@@ -272,20 +272,25 @@ fn map_write_error(e: RaftError<NodeId, ClientWriteError<NodeId, NodeInfo>>) -> 
 }
 
 impl Replicator for ClusterReplicator {
-    fn propose(&self, cmd: Command) -> Proposal {
+    /// One `client_write` of one log entry for the whole batch.
+    fn propose(&self, cmds: Vec<Command>) -> Proposal {
+        let gate = self.leadership.borrow();
+        if !gate.serving {
+            return Proposal::Ready(Err(ProposeError::NotLeader(gate.leader.clone())));
+        }
+        drop(gate);
         let raft = self.raft.clone();
         let limit = self.propose_timeout;
-        let gate = self.leadership.borrow().clone();
-        Box::pin(async move {
-            if !gate.serving {
-                return Err(ProposeError::NotLeader(gate.leader));
-            }
-            match tokio::time::timeout(limit, raft.client_write(cmd)).await {
-                Ok(Ok(resp)) => resp.data.ok_or(ProposeError::Unknown),
+        let n = cmds.len();
+        Proposal::Pending(Box::pin(async move {
+            match tokio::time::timeout(limit, raft.client_write(types::Batch(cmds))).await {
+                Ok(Ok(resp)) if resp.data.len() == n => Ok(resp.data),
+                // Committed, but the outcomes do not match the commands: nothing can be answered.
+                Ok(Ok(_)) => Err(ProposeError::Unknown),
                 Ok(Err(e)) => Err(map_write_error(e)),
                 Err(_) => Err(ProposeError::Unknown),
             }
-        })
+        }))
     }
 
     fn with_applied(&self, f: &mut dyn FnMut(&LockState)) {

@@ -179,7 +179,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok((inner.last_applied, inner.membership.clone()))
     }
 
-    async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<Option<crate::locks::Applied>>>
+    async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<Vec<crate::locks::Applied>>>
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
     {
@@ -188,11 +188,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         for entry in entries {
             inner.last_applied = Some(entry.log_id);
             match entry.payload {
-                EntryPayload::Blank => out.push(None),
-                EntryPayload::Normal(cmd) => out.push(Some(inner.locks.apply(&cmd))),
+                EntryPayload::Blank => out.push(Vec::new()),
+                EntryPayload::Normal(batch) => out.push(batch.apply(&mut inner.locks)),
                 EntryPayload::Membership(m) => {
                     inner.membership = StoredMembership::new(Some(entry.log_id), m);
-                    out.push(None);
+                    out.push(Vec::new());
                 }
             }
         }
@@ -238,6 +238,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 
 #[cfg(test)]
 mod tests {
+    use super::super::types::Batch;
     use super::*;
     use crate::locks::{Applied, Command};
     use openraft::{CommittedLeaderId, EntryPayload};
@@ -257,11 +258,11 @@ mod tests {
             micros: 100,
             dt: 0,
         };
-        let out =
-            sm.apply(vec![entry(1, EntryPayload::Blank), entry(2, EntryPayload::Normal(grant.clone()))]).await.unwrap();
-        assert_eq!(out, vec![None, Some(Applied::Granted(Token::new(100).unwrap()))]);
-        let out = sm.apply(vec![entry(3, EntryPayload::Normal(grant))]).await.unwrap();
-        assert_eq!(out, vec![Some(Applied::AlreadyHeld)]);
+        let one = |c: &Command| EntryPayload::Normal(Batch(vec![c.clone()]));
+        let out = sm.apply(vec![entry(1, EntryPayload::Blank), entry(2, one(&grant))]).await.unwrap();
+        assert_eq!(out, vec![vec![], vec![Applied::Granted(Token::new(100).unwrap())]]);
+        let out = sm.apply(vec![entry(3, one(&grant))]).await.unwrap();
+        assert_eq!(out, vec![vec![Applied::AlreadyHeld]]);
 
         let snap = sm.build_snapshot().await.unwrap();
         let mut other = StateMachine::default();
@@ -269,6 +270,79 @@ mod tests {
         assert_eq!(other.locks(), sm.locks());
         assert_eq!(other.applied_state().await.unwrap().0.map(|l| l.index), Some(3));
         assert!(other.get_current_snapshot().await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn a_batch_entry_applies_its_commands_in_order() {
+        let (k, o) = (|s: &str| Key::new(s.to_owned()).unwrap(), |s: &str| Owner::new(s.to_owned()).unwrap());
+        let grant = |key: &str, owner: &str, micros| Command::Grant {
+            key: k(key),
+            owner: o(owner),
+            lease_s: 5,
+            micros,
+            dt: micros,
+        };
+        let t = |n| Token::new(n).unwrap();
+        let release = Command::Release { key: k("a"), owner: o("o1"), token: t(10), next: None, micros: 0, dt: 12 };
+        let cmds = vec![
+            grant("a", "o1", 10),
+            grant("b", "o2", 5),
+            Command::Tick { dt: 11 },
+            grant("a", "o3", 50),
+            release.clone(),
+            release,
+            grant("a", "o4", 0),
+        ];
+        let mut batched = StateMachine::default();
+        let out = batched
+            .apply(vec![entry(1, EntryPayload::Blank), entry(2, EntryPayload::Normal(Batch(cmds.clone())))])
+            .await
+            .unwrap();
+        let expected = vec![
+            Applied::Granted(t(10)),
+            Applied::Granted(t(11)),
+            Applied::Ticked,
+            Applied::AlreadyHeld,
+            Applied::Released { handed_over: None },
+            Applied::NotHolder,
+            Applied::Granted(t(12)),
+        ];
+        assert_eq!(out, vec![vec![], expected.clone()]);
+        // The same as one entry per command.
+        let mut single = StateMachine::default();
+        let entries = cmds.iter().zip(1..).map(|(c, i)| entry(i, EntryPayload::Normal(Batch(vec![c.clone()]))));
+        let out = single.apply(entries.collect::<Vec<_>>()).await.unwrap();
+        assert_eq!(out.concat(), expected);
+        assert_eq!(single.locks(), batched.locks());
+        // The largest dt applied, also of a command that changed nothing.
+        assert_eq!(batched.locks().domain_time(), 50);
+    }
+
+    #[test]
+    fn a_batch_is_a_json_array_of_commands() {
+        // The example of docs/cluster-protocol.md, "Log entries".
+        let (k, o) = (|s: &str| Key::new(s.to_owned()).unwrap(), |s: &str| Owner::new(s.to_owned()).unwrap());
+        let b = Batch(vec![
+            Command::Grant { key: k("k1"), owner: o("o1"), lease_s: 5, micros: 1764547200000000, dt: 81234 },
+            Command::Release {
+                key: k("k2"),
+                owner: o("o2"),
+                token: Token::new(1764547199000001).unwrap(),
+                next: Some(crate::locks::NextHolder { owner: o("o3"), lease_s: 5 }),
+                micros: 1764547200000012,
+                dt: 81234,
+            },
+            Command::Tick { dt: 81240 },
+        ]);
+        let json = serde_json::to_string(&b).unwrap();
+        let doc = concat!(
+            r#"[{"Grant":{"key":"k1","owner":"o1","lease_s":5,"micros":1764547200000000,"dt":81234}},"#,
+            r#"{"Release":{"key":"k2","owner":"o2","token":1764547199000001,"next":{"owner":"o3","lease_s":5},"micros":1764547200000012,"dt":81234}},"#,
+            r#"{"Tick":{"dt":81240}}]"#
+        );
+        assert_eq!(json, doc);
+        assert_eq!(serde_json::from_str::<Batch>(&json).unwrap(), b);
+        assert!(serde_json::from_str::<Batch>(r#"{"Tick":{"dt":1}}"#).is_err(), "a payload is an array");
     }
 
     #[tokio::test]

@@ -1,8 +1,9 @@
-//! The openraft type configuration of the cluster: log entries carry the
-//! lock [`Command`]s of `locks`, responses are their [`Applied`]s, and every
-//! member's node data carries both its peer and its client address.
+//! The openraft type configuration of the cluster: a log entry carries a
+//! [`Batch`] of the lock [`Command`]s of `locks`, its response is their
+//! [`Applied`]s in order, and every member's node data carries both its peer
+//! and its client address.
 
-use crate::locks::{Applied, Command};
+use crate::locks::{Applied, Command, LockState};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::io::Cursor;
@@ -45,11 +46,33 @@ impl fmt::Display for NodeInfo {
     }
 }
 
+/// The payload of one normal Raft log entry: the commands the leader's
+/// manager proposed together (docs/cluster-protocol.md, "Log entries"), at
+/// most one per key, applied in order. Serialized as a JSON array of commands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Batch(pub Vec<Command>);
+
+impl Batch {
+    /// Applies every command in order; one outcome per command. The same as
+    /// applying them one by one (the entry is only a unit of commitment).
+    pub fn apply(&self, state: &mut LockState) -> Vec<Applied> {
+        self.0.iter().map(|cmd| state.apply(cmd)).collect()
+    }
+}
+
+impl fmt::Display for Batch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "batch of {} commands", self.0.len())
+    }
+}
+
 openraft::declare_raft_types!(
     /// The Raft types of a Ticketing cluster.
     pub TypeConfig:
-        D = Command,
-        R = Option<Applied>,
+        D = Batch,
+        // One outcome per command of a normal entry; empty for blank and membership entries.
+        R = Vec<Applied>,
         NodeId = NodeId,
         Node = NodeInfo,
         Entry = openraft::Entry<TypeConfig>,

@@ -21,9 +21,12 @@
 //!   one deadline heap with lazy invalidation); nothing scans all keys
 //!   except a leadership change, which rebuilds the projection from the
 //!   applied state by design (docs/protocol.md §6, "A new leader").
-//! - The manager never awaits a connection or a proposal: proposals run in
-//!   their own tasks and report back through a channel; answers are handed
-//!   to the connection's bounded queue with `try_send`.
+//! - The manager never awaits a connection or a proposal: the commands it
+//!   needs are proposed in batches (one Raft entry each, at most one batch in
+//!   flight, docs/cluster-protocol.md "Log entries"); a batch being committed
+//!   runs in its own task and reports back through a channel, one the
+//!   replicator answers at once (standalone) is routed inline; answers are
+//!   handed to the connection's bounded queue with `try_send`.
 
 pub mod metrics;
 pub mod projection;

@@ -6,7 +6,7 @@ use super::task::Manager;
 use super::ConnId;
 use super::Delivery;
 use crate::locks::{Applied, Command, NextHolder};
-use crate::replication::ProposeError;
+use crate::replication::{BatchOutcome, Proposal, ProposeError};
 use std::time::{SystemTime, UNIX_EPOCH};
 use ticketing_proto::{ErrorCode, Key, RequestId, ServerFrame, Token};
 use tokio::time::Instant;
@@ -21,14 +21,68 @@ pub(super) enum Intent {
     Tick,
 }
 
-/// A finished proposal, reported back to the manager task.
+/// The most commands in one batch (one proposal, one Raft log entry).
+pub(super) const MAX_BATCH_COMMANDS: usize = 128;
+
+/// The most estimated encoded bytes ([`encoded_estimate`]) of the commands in
+/// one batch. openraft sends at most 300 entries in one AppendEntries, and
+/// 300 × 32 KiB stays well below the peer protocol's 16 MiB frame limit
+/// (docs/cluster-protocol.md). A single command is never refused for its size.
+pub(super) const MAX_BATCH_BYTES: usize = 32 * 1024;
+
+/// Batches being committed at once. Commands proposed meanwhile wait in the
+/// outbox and go out together, as the next batch, when one finishes (or when
+/// the outbox holds a full batch and this allows another).
+pub(super) const MAX_BATCHES_IN_FLIGHT: usize = 1;
+
+/// An upper bound of a command's JSON size in a log entry (a key or owner
+/// character can take 2 bytes escaped).
+fn encoded_estimate(cmd: &Command) -> usize {
+    let text = match cmd {
+        Command::Tick { .. } => 0,
+        Command::Grant { key, owner, .. } => key.as_str().len() + owner.as_str().len(),
+        Command::Release { key, owner, next, .. } | Command::Expire { key, owner, next, .. } => {
+            key.as_str().len() + owner.as_str().len() + next.as_ref().map_or(0, |n| n.owner.as_str().len())
+        }
+    };
+    160 + 2 * text
+}
+
+/// How many of `cmds` (from the front) go into the next batch: at least one,
+/// at most [`MAX_BATCH_COMMANDS`] and [`MAX_BATCH_BYTES`].
+fn batch_len(cmds: &[Command]) -> usize {
+    let mut bytes = 0;
+    for (i, cmd) in cmds.iter().take(MAX_BATCH_COMMANDS).enumerate() {
+        bytes += encoded_estimate(cmd);
+        if bytes > MAX_BATCH_BYTES && i > 0 {
+            return i;
+        }
+    }
+    cmds.len().min(MAX_BATCH_COMMANDS)
+}
+
+/// One proposed command: which key it holds busy and what it was for.
 #[derive(Debug)]
-pub(super) struct Done {
+pub(super) struct Item {
     /// `None` for a `Tick`.
     key: Option<Key>,
-    epoch: Option<u64>,
     intent: Intent,
-    result: Result<Applied, ProposeError>,
+}
+
+/// Commands proposed but not yet handed to the replicator, in order.
+#[derive(Debug, Default)]
+pub(super) struct Outbox {
+    cmds: Vec<Command>,
+    items: Vec<Item>,
+}
+
+/// A finished batch, reported back to the manager task (or routed inline
+/// when the replicator answered at once).
+#[derive(Debug)]
+pub(super) struct Done {
+    epoch: Option<u64>,
+    items: Vec<Item>,
+    result: BatchOutcome,
 }
 
 fn wall_micros() -> u64 {
@@ -40,6 +94,8 @@ fn next_holder(next: &Option<Waiter>) -> Option<NextHolder> {
 }
 
 impl Manager {
+    /// Queues `cmd` in the outbox (the key is busy from now on); the
+    /// manager hands the outbox to the replicator once per loop pass ([`Self::flush`]).
     fn propose(&mut self, cmd: Command, intent: Intent) {
         let key = cmd.key().cloned();
         if let Some(key) = &key {
@@ -47,13 +103,47 @@ impl Manager {
         }
         self.in_flight += 1;
         self.last_proposed = Instant::now();
-        let fut = self.replicator.propose(cmd);
-        let tx = self.done_tx.clone();
-        let epoch = self.epoch;
-        tokio::spawn(async move {
-            let result = fut.await;
-            let _ = tx.send(Done { key, epoch, intent, result }).await;
-        });
+        self.outbox.cmds.push(cmd);
+        self.outbox.items.push(Item { key, intent });
+    }
+
+    /// Proposes the outbox, in batches of at most [`MAX_BATCH_COMMANDS`] /
+    /// [`MAX_BATCH_BYTES`], while fewer than [`MAX_BATCHES_IN_FLIGHT`] are
+    /// being committed. A batch the replicator answers at once (standalone)
+    /// is routed here, without a task or a channel; what its outcomes
+    /// propose next is flushed by the same loop.
+    pub(super) fn flush(&mut self) {
+        while !self.outbox.cmds.is_empty() && self.batches_in_flight < MAX_BATCHES_IN_FLIGHT {
+            let n = batch_len(&self.outbox.cmds);
+            // One exact allocation per batch; the outbox keeps its capacity.
+            let cmds: Vec<Command> = self.outbox.cmds.drain(..n).collect();
+            let items: Vec<Item> = self.outbox.items.drain(..n).collect();
+            let epoch = self.epoch;
+            match self.replicator.propose(cmds) {
+                Proposal::Ready(result) => self.on_done(Done { epoch, items, result }),
+                Proposal::Pending(fut) => {
+                    self.batches_in_flight += 1;
+                    let tx = self.done_tx.clone();
+                    tokio::spawn(async move {
+                        let result = fut.await;
+                        let _ = tx.send(Done { epoch, items, result }).await;
+                    });
+                }
+            }
+        }
+    }
+
+    /// Drops the outbox unproposed (a new term, or stepping down): its
+    /// commands were never proposed, so nothing of them is committed, and
+    /// their connections are closed by the leadership change.
+    pub(super) fn discard_outbox(&mut self) {
+        self.outbox.cmds.clear();
+        for item in self.outbox.items.drain(..) {
+            self.in_flight -= 1;
+            if item.key.is_none() {
+                self.tick_in_flight = false;
+            }
+        }
     }
 
     /// The frame for a failed proposal.
@@ -179,9 +269,29 @@ impl Manager {
         }
     }
 
+    /// Routes every outcome of a finished batch, in order; a failed batch
+    /// (or one whose outcomes do not match its commands) fails every
+    /// command in it, each exactly as a single failed proposal.
     pub(super) fn on_done(&mut self, done: Done) {
+        let Done { epoch, items, result } = done;
+        match result {
+            Ok(outcomes) if outcomes.len() == items.len() => {
+                for (item, applied) in items.into_iter().zip(outcomes) {
+                    self.on_outcome(epoch, item, Ok(applied));
+                }
+            }
+            result => {
+                let e = result.err().unwrap_or(ProposeError::Unknown);
+                for item in items {
+                    self.on_outcome(epoch, item, Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    fn on_outcome(&mut self, epoch: Option<u64>, item: Item, result: Result<Applied, ProposeError>) {
         self.in_flight -= 1;
-        let Done { key, epoch, intent, result } = done;
+        let Item { key, intent } = item;
         let Some(key) = key else {
             // A `Tick`: nothing to route.
             self.tick_in_flight = false;
@@ -263,5 +373,48 @@ impl Manager {
             }
         }
         self.pump(&key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ticketing_proto::Owner;
+
+    fn grant(key: &str, owner: &str) -> Command {
+        Command::Grant {
+            key: Key::new(key.to_owned()).unwrap(),
+            owner: Owner::new(owner.to_owned()).unwrap(),
+            lease_s: 5,
+            micros: 1,
+            dt: 1,
+        }
+    }
+
+    #[test]
+    fn batches_are_bounded_in_count_and_bytes() {
+        let small: Vec<Command> = (0..1000).map(|i| grant(&format!("k{i}"), "o")).collect();
+        assert_eq!(batch_len(&small), MAX_BATCH_COMMANDS);
+        assert_eq!(batch_len(&small[..3]), 3);
+        // The longest key and owner, of characters JSON escapes.
+        let (key, owner) = ("\"".repeat(250), "\\".repeat(64));
+        let big: Vec<Command> = (0..100).map(|_| grant(&key, &owner)).collect();
+        let n = batch_len(&big);
+        assert!(n > 1 && n < 100, "{n}");
+        assert!(n * encoded_estimate(&big[0]) <= MAX_BATCH_BYTES);
+        assert!((n + 1) * encoded_estimate(&big[0]) > MAX_BATCH_BYTES);
+        // The estimate bounds the real encoding (JSON, as in a log entry).
+        let t = Token::new(ticketing_proto::limits::TOKEN_MAX).unwrap();
+        let release = Command::Release {
+            key: Key::new(key.clone()).unwrap(),
+            owner: Owner::new(owner.clone()).unwrap(),
+            token: t,
+            next: Some(NextHolder { owner: Owner::new(owner.clone()).unwrap(), lease_s: 250 }),
+            micros: u64::MAX,
+            dt: u64::MAX,
+        };
+        for cmd in [&big[0], &small[0], &Command::Tick { dt: u64::MAX }, &release] {
+            assert!(serde_json::to_vec(cmd).unwrap().len() <= encoded_estimate(cmd), "{cmd:?}");
+        }
     }
 }

@@ -4,7 +4,7 @@
 
 use super::metrics::gauge_value;
 use super::projection::{Holding, LeaseGen, Projection, Waiter};
-use super::proposals::Done;
+use super::proposals::{Done, Outbox};
 use super::{ConnId, Delivery, ManagerRequest, Metrics, WaiterId};
 use crate::config::Limits;
 use crate::domain_time::{self, DomainClock};
@@ -20,6 +20,10 @@ use tracing::{debug, warn};
 
 /// Proposal outcomes waiting for the manager (docs/deployment.md, "Queues").
 const DONE_QUEUE: usize = 4096;
+
+/// Requests taken from the inbox without waiting after each event, before
+/// the commands they need are proposed together (one batch).
+const DRAIN_PER_PASS: usize = 128;
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Timer {
@@ -50,7 +54,12 @@ pub(super) struct Manager {
     /// The leadership epoch we serve; `None` when not serving.
     pub(super) epoch: Option<u64>,
     leader: Option<Addr>,
+    /// Commands proposed and not yet answered (outbox included).
     pub(super) in_flight: usize,
+    /// Commands proposed and not yet handed to the replicator.
+    pub(super) outbox: Outbox,
+    /// Batches handed to the replicator and not yet finished.
+    pub(super) batches_in_flight: usize,
     draining: bool,
     drained: Vec<oneshot::Sender<()>>,
     pub(super) done_tx: mpsc::Sender<Done>,
@@ -84,6 +93,8 @@ pub(super) fn start(
         epoch: None,
         leader: None,
         in_flight: 0,
+        outbox: Outbox::default(),
+        batches_in_flight: 0,
         draining: false,
         drained: Vec::new(),
         done_tx,
@@ -105,7 +116,10 @@ impl Manager {
             let next_timer = self.timers.peek().map(|Reverse((at, _, _))| *at);
             tokio::select! {
                 biased;
-                Some(done) = done_rx.recv() => self.on_done(done),
+                Some(done) = done_rx.recv() => {
+                    self.batches_in_flight -= 1;
+                    self.on_done(done);
+                }
                 changed = leadership.changed(), if leadership_open => {
                     if changed.is_ok() {
                         let l = leadership.borrow_and_update().clone();
@@ -122,6 +136,15 @@ impl Manager {
                     self.on_timers();
                 }
             }
+            // Take what else is already queued (bounded), so the commands
+            // it needs go into the same batch.
+            for _ in 0..DRAIN_PER_PASS {
+                match rx.try_recv() {
+                    Ok(req) => self.on_request(req),
+                    Err(_) => break,
+                }
+            }
+            self.flush();
             self.check_drained();
             self.metrics.waiters.set(gauge_value(self.proj.waiters()));
             self.metrics.held_keys.set(gauge_value(self.proj.held()));
@@ -345,6 +368,7 @@ impl Manager {
         if serving_epoch == self.epoch {
             return;
         }
+        self.discard_outbox();
         // Stepping down, or a new term: every waiter is dropped (their
         // connections are closed with `M`/`E no_leader`). A new term starts
         // its domain clock at the largest applied domain time and keeps every
