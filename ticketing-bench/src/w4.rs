@@ -62,10 +62,12 @@ pub async fn w4(system: &str, servers: &Servers, broker: &TicketBroker, p: &W4) 
     let next = Arc::new(AtomicU64::new(0));
     let granted = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
+    let first_error = Arc::new(std::sync::Mutex::new(None::<String>));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..p.clients {
         let (next, granted, failed, broker) = (next.clone(), granted.clone(), failed.clone(), broker.clone());
+        let first_error = first_error.clone();
         let keys = p.keys;
         tasks.push(tokio::spawn(async move {
             loop {
@@ -80,8 +82,13 @@ pub async fn w4(system: &str, servers: &Servers, broker: &TicketBroker, p: &W4) 
                         // Held until its lease ends: dropping would release it.
                         std::mem::forget(t);
                     }
-                    _ => {
+                    other => {
                         failed.fetch_add(1, Ordering::Relaxed);
+                        let why = match other {
+                            Err(e) => format!("key {i}: {e}"),
+                            _ => format!("key {i}: not granted"),
+                        };
+                        first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(why);
                     }
                 }
             }
@@ -97,6 +104,7 @@ pub async fn w4(system: &str, servers: &Servers, broker: &TicketBroker, p: &W4) 
         .set("p99_us", 0)
         .set("held_keys", held)
         .set("fill_failures", failed.load(Ordering::Relaxed))
+        .set("fill_s", format!("{:.1}", fill.as_secs_f64()))
         .set("rss_mb_after_fill", rss_list(servers));
 
     // Waiters: on held keys, spread over brokers of at most 1000 each.
@@ -158,6 +166,9 @@ pub async fn w4(system: &str, servers: &Servers, broker: &TicketBroker, p: &W4) 
     }
     for b in brokers.iter().chain(extra.iter()) {
         b.close().await;
+    }
+    if let Some(why) = first_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        r.set("first_fill_error", why.replace(' ', "_"));
     }
     r
 }
