@@ -394,6 +394,9 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
         install_snapshot_timeout: 2000.max(cfg.election_timeout_max_ms),
         // Snapshots are triggered by `snapshot_cadence` (scaled to the state).
         snapshot_policy: openraft::SnapshotPolicy::Never,
+        // A follower a little behind is sent entries, not the whole state
+        // (openraft keeps 1 000 by default: 0.1 s of a fill).
+        max_in_snapshot_log_to_keep: store::SNAPSHOT_MIN_ENTRIES * 4,
         ..Default::default()
     }
     .validate()
