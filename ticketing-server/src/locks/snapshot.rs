@@ -125,9 +125,14 @@ impl LockState {
     }
 }
 
+/// An even length (whole bytes).
+fn hex_len_ok(len: usize) -> bool {
+    len / 2 * 2 == len
+}
+
 /// Lowercase hex of even length: its raw bytes with the 0x80 flag; else the text.
 fn put_owner(out: &mut Vec<u8>, owner: &[u8]) {
-    let hex = owner.len() % 2 == 0 && owner.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
+    let hex = owner.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) && hex_len_ok(owner.len());
     let mut raw = [0u8; 32];
     let raw = &mut raw[..owner.len() / 2];
     if hex && hex::decode_to_slice(owner, raw).is_ok() {

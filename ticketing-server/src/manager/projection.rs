@@ -124,7 +124,7 @@ impl KeyState {
         }
     }
     fn is_idle(&self) -> bool {
-        self.holder.is_none() && !self.busy && self.rare.as_ref().map_or(true, |q| q.is_empty())
+        self.holder.is_none() && !self.busy && self.rare.as_ref().is_none_or(|q| q.is_empty())
     }
 }
 
@@ -398,7 +398,7 @@ impl Projection {
             let queue = ks.rare.iter().flat_map(|q| q.queue.iter());
             let live = queue.filter(|id| self.waiters.get(id).is_some_and(|w| w.key == *key)).count();
             assert_eq!(live, ks.live(), "live of {key}");
-            assert!(ks.rare.as_ref().map_or(true, |q| !q.is_empty()), "empty queues kept for {key}");
+            assert!(ks.rare.as_ref().is_none_or(|q| !q.is_empty()), "empty queues kept for {key}");
         }
     }
 }
