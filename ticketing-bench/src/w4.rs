@@ -18,6 +18,11 @@ use crate::workloads::Report;
 /// have pending (docs/protocol.md).
 const WAITERS_PER_BROKER: usize = 1000;
 
+/// Held keys filled through one broker: a large fill uses several brokers
+/// (in this sandbox a single client connection ended after ~345 000 grants
+/// with the same server build either way; see docs/benchmarks.md, W4).
+const KEYS_PER_BROKER: u64 = 200_000;
+
 /// W4 parameters.
 pub struct W4 {
     /// Held keys to fill.
@@ -55,22 +60,34 @@ fn rss_list(servers: &Servers) -> String {
 pub async fn w4(system: &str, servers: &Servers, broker: &TicketBroker, p: &W4) -> Report {
     let mut r = Report::new(system, "W4");
     let leader = servers.leader().await.unwrap_or(0);
-    let admin = servers.nodes[leader].admin;
     let run = std::process::id();
 
     // Fill.
     let next = Arc::new(AtomicU64::new(0));
     let granted = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
+    let first_error = Arc::new(std::sync::Mutex::new(None::<String>));
+    let mut fill_brokers = vec![broker.clone()];
+    while (fill_brokers.len() as u64) < p.keys.div_ceil(KEYS_PER_BROKER) {
+        let Ok(b) = TicketBroker::builder(servers.client_addrs()).build() else { break };
+        if !b.wait_ready(Duration::from_secs(5)).await {
+            break;
+        }
+        fill_brokers.push(b);
+    }
     let start = Instant::now();
     let mut tasks = Vec::new();
-    for _ in 0..p.clients {
-        let (next, granted, failed, broker) = (next.clone(), granted.clone(), failed.clone(), broker.clone());
+    for c in 0..p.clients {
+        let broker = fill_brokers[c % fill_brokers.len()].clone();
+        let (next, granted, failed) = (next.clone(), granted.clone(), failed.clone());
+        let first_error = first_error.clone();
         let keys = p.keys;
         tasks.push(tokio::spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= keys || failed.load(Ordering::Relaxed) > 100 {
+                // A leader change under load makes a few acquires
+                // Indeterminate: counted, and the fill goes on unless they pile up.
+                if i >= keys || failed.load(Ordering::Relaxed) > (keys / 100).max(100) {
                     break;
                 }
                 let key = format!("w4-{run}-{i}");
@@ -80,8 +97,13 @@ pub async fn w4(system: &str, servers: &Servers, broker: &TicketBroker, p: &W4) 
                         // Held until its lease ends: dropping would release it.
                         std::mem::forget(t);
                     }
-                    _ => {
+                    other => {
                         failed.fetch_add(1, Ordering::Relaxed);
+                        let why = match other {
+                            Err(e) => format!("key {i}: {e}"),
+                            _ => format!("key {i}: not granted"),
+                        };
+                        first_error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(why);
                     }
                 }
             }
@@ -97,9 +119,15 @@ pub async fn w4(system: &str, servers: &Servers, broker: &TicketBroker, p: &W4) 
         .set("p99_us", 0)
         .set("held_keys", held)
         .set("fill_failures", failed.load(Ordering::Relaxed))
+        .set("fill_brokers", fill_brokers.len())
+        .set("fill_s", format!("{:.1}", fill.as_secs_f64()))
         .set("rss_mb_after_fill", rss_list(servers));
 
-    // Waiters: on held keys, spread over brokers of at most 1000 each.
+    // Waiters: on held keys, spread over brokers of at most 1000 each, at
+    // the leader of now (it may have changed during the fill).
+    let leader = servers.leader().await.unwrap_or(leader);
+    let admin = servers.nodes[leader].admin;
+    r.set("leader_node", leader);
     let addr = servers.client_addrs()[leader].clone();
     let mut brokers = Vec::new();
     let mut waiting = Vec::new();
@@ -158,6 +186,9 @@ pub async fn w4(system: &str, servers: &Servers, broker: &TicketBroker, p: &W4) 
     }
     for b in brokers.iter().chain(extra.iter()) {
         b.close().await;
+    }
+    if let Some(why) = first_error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        r.set("first_fill_error", why.replace(' ', "_"));
     }
     r
 }

@@ -10,8 +10,13 @@
 //! domain time of their grant), the token counter and the largest applied
 //! domain time are replicated (docs/protocol.md, "Domain time").
 
+mod snapshot;
+mod table;
+
+pub use snapshot::SnapshotError;
+
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use table::HeldTable;
 use ticketing_proto::limits::TOKEN_MAX;
 use ticketing_proto::{Key, Owner, Token};
 
@@ -148,11 +153,13 @@ impl Holder {
 }
 
 /// The replicated lock state: holders, the domain's token counter and the
-/// largest domain time applied.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// largest domain time applied. Holders live in a compact table (one slot
+/// and one allocation per held key, docs/benchmarks.md "Optimizations:
+/// memory"); snapshots are binary ([`LockState::encode_snapshot`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LockState {
     last_token: u64,
-    held: HashMap<Key, Holder>,
+    held: HeldTable,
     /// The largest `dt` applied (ms); a new leader's domain time starts here.
     dt: u64,
 }
@@ -174,8 +181,8 @@ impl LockState {
     }
 
     /// The current holder of `key`.
-    pub fn holder(&self, key: &Key) -> Option<&Holder> {
-        self.held.get(key)
+    pub fn holder(&self, key: &Key) -> Option<Holder> {
+        self.held.get(key.as_bytes())?.to_holder()
     }
 
     /// Number of held keys.
@@ -183,9 +190,9 @@ impl LockState {
         self.held.len()
     }
 
-    /// Every holder (used when a node becomes leader and for snapshots).
-    pub fn holders(&self) -> impl Iterator<Item = (&Key, &Holder)> {
-        self.held.iter()
+    /// Every holder, in no particular order (used when a node becomes leader).
+    pub fn holders(&self) -> impl Iterator<Item = (Key, Holder)> + '_ {
+        self.held.iter().filter_map(|h| Some((h.to_key()?, h.to_holder()?)))
     }
 
     /// `max(last + 1, micros)`, kept below 2^63. At the (unreachable in
@@ -201,8 +208,7 @@ impl LockState {
     fn hand_over(&mut self, key: &Key, next: &Option<NextHolder>, micros: u64, dt: u64) -> Option<Token> {
         let next = next.as_ref()?;
         let token = self.next_token(micros)?;
-        let holder = Holder { owner: next.owner.clone(), token, lease_s: next.lease_s, granted_dt: dt };
-        self.held.insert(key.clone(), holder);
+        self.held.insert(key.as_bytes(), next.owner.as_bytes(), token, next.lease_s, dt);
         Some(token)
     }
 
@@ -212,21 +218,20 @@ impl LockState {
         match cmd {
             Command::Tick { .. } => Applied::Ticked,
             Command::Grant { key, owner, lease_s, micros, dt } => {
-                if self.held.contains_key(key) {
+                if self.held.contains(key.as_bytes()) {
                     return Applied::AlreadyHeld;
                 }
                 let Some(token) = self.next_token(*micros) else { return Applied::AlreadyHeld };
-                let holder = Holder { owner: owner.clone(), token, lease_s: *lease_s, granted_dt: *dt };
-                self.held.insert(key.clone(), holder);
+                self.held.insert(key.as_bytes(), owner.as_bytes(), token, *lease_s, *dt);
                 Applied::Granted(token)
             }
             Command::Release { key, owner, token, next, micros, dt }
             | Command::Expire { key, owner, token, next, micros, dt } => {
-                match self.held.get(key) {
-                    Some(h) if h.owner == *owner && h.token == *token => {}
+                match self.held.get(key.as_bytes()) {
+                    Some(h) if h.owner == owner.as_bytes() && h.token == token.get() => {}
                     _ => return Applied::NotHolder,
                 }
-                self.held.remove(key);
+                self.held.remove(key.as_bytes());
                 let handed_over = self.hand_over(key, next, *micros, *dt);
                 if matches!(cmd, Command::Release { .. }) {
                     Applied::Released { handed_over }
@@ -280,7 +285,7 @@ mod tests {
         assert!(matches!(s.apply(&r), Applied::Released { handed_over: Some(_) }));
         let h = s.holder(&k("a")).unwrap();
         assert_eq!((h.granted_dt, h.end_dt()), (6_000, 9_000), "a hand-over is granted at the release's time");
-        let snap: LockState = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        let snap = LockState::from_snapshot(&s.to_snapshot()).unwrap();
         assert_eq!(snap, s);
         assert_eq!(snap.domain_time(), 6_000, "snapshots carry the domain time");
     }
@@ -302,7 +307,7 @@ mod tests {
         let r = Command::Release { key: k("a"), owner: o("o1"), token: t1, next: next.clone(), micros: 1, dt: 0 };
         let Applied::Released { handed_over: Some(t2) } = s.apply(&r) else { panic!() };
         assert!(t2 > t1);
-        assert_eq!(s.holder(&k("a")).unwrap(), &Holder { owner: o("o2"), token: t2, lease_s: 9, granted_dt: 0 });
+        assert_eq!(s.holder(&k("a")).unwrap(), Holder { owner: o("o2"), token: t2, lease_s: 9, granted_dt: 0 });
         // the same release again does not match any more, and an expiry of the old grant neither
         assert_eq!(s.apply(&r), Applied::NotHolder);
         let e = Command::Expire { key: k("a"), owner: o("o1"), token: t1, next: None, micros: 1, dt: 0 };
@@ -373,8 +378,8 @@ mod tests {
         let key = |n: u8| k(&format!("k{n}"));
         let owner = |n: u8| o(&format!("o{n}"));
         let grant_of = |n: u8, pick: u8| match (s.holder(&key(n)), pick % 3) {
-            (Some(h), 0 | 1) => (h.owner.clone(), h.token),
-            (Some(h), _) => (h.owner.clone(), Token::new(h.token.get() - 1).unwrap_or(h.token)),
+            (Some(h), 0 | 1) => (h.owner, h.token),
+            (Some(h), _) => (h.owner, Token::new(h.token.get() - 1).unwrap_or(h.token)),
             (None, _) => (owner(pick % 3), Token::new(u64::from(pick) + 1).unwrap()),
         };
         let next = |n: &Option<(u8, u8)>| n.map(|(o, lease_s)| NextHolder { owner: owner(o), lease_s });
@@ -418,8 +423,7 @@ mod tests {
             let mut effects = Vec::new();
             for (i, c) in cmds.iter().enumerate() {
                 if i == cut {
-                    let snap = serde_json::to_string(&b).unwrap();
-                    b = serde_json::from_str(&snap).unwrap();
+                    b = LockState::from_snapshot(&b.to_snapshot()).unwrap();
                 }
                 let ea = a.apply(c);
                 prop_assert_eq!(&ea, &b.apply(c));

@@ -100,14 +100,14 @@ impl dyn Replicator {
     /// The applied holder of `key` (a copy of that one entry).
     pub fn applied_holder(&self, key: &Key) -> Option<Holder> {
         let mut out = None;
-        self.with_applied(&mut |s| out = s.holder(key).cloned());
+        self.with_applied(&mut |s| out = s.holder(key));
         out
     }
 
     /// Every applied holder (a new leader restarts their leases).
     pub fn applied_holders(&self) -> Vec<(Key, Holder)> {
         let mut out = Vec::new();
-        self.with_applied(&mut |s| out = s.holders().map(|(k, h)| (k.clone(), h.clone())).collect());
+        self.with_applied(&mut |s| out = s.holders().collect());
         out
     }
 
@@ -116,7 +116,7 @@ impl dyn Replicator {
     pub fn applied_holders_at(&self) -> (u64, Vec<(Key, Holder)>) {
         let mut out = (0, Vec::new());
         self.with_applied(&mut |s| {
-            out = (s.domain_time(), s.holders().map(|(k, h)| (k.clone(), h.clone())).collect());
+            out = (s.domain_time(), s.holders().collect());
         });
         out
     }

@@ -397,6 +397,11 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
         election_timeout_min: cfg.election_timeout_min_ms,
         election_timeout_max: cfg.election_timeout_max_ms,
         install_snapshot_timeout: 2000.max(cfg.election_timeout_max_ms),
+        // Snapshots are triggered by `snapshot_cadence` (scaled to the state).
+        snapshot_policy: openraft::SnapshotPolicy::Never,
+        // A follower a little behind is sent entries, not the whole state
+        // (openraft keeps 1 000 by default: 0.1 s of a fill).
+        max_in_snapshot_log_to_keep: store::SNAPSHOT_MIN_ENTRIES * 4,
         ..Default::default()
     }
     .validate()
@@ -413,6 +418,7 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
     .await
     .map_err(ClusterError::RaftStart)?;
     let _ = node.raft.set(raft.clone());
+    tokio::spawn(snapshot_cadence(raft.clone(), sm.clone()));
     info!(
         node = %node.id,
         peer_listen = %cfg.peer_listen,
@@ -446,6 +452,31 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
         tokio::spawn(membership::join_loop(node, pool));
     }
     Ok(Started { replicator, failed })
+}
+
+/// Builds a snapshot (through openraft's trigger) whenever the entries
+/// applied since the last one exceed [`store::snapshot_threshold`] of the
+/// held keys, instead of openraft's fixed "every 5 000 entries", which at a
+/// million held keys would write the whole state several times a second
+/// (docs/benchmarks.md, "Optimizations: memory"). Every node, leader or
+/// not, compacts its own log this way. Ends when Raft shuts down.
+async fn snapshot_cadence(raft: Raft, sm: store::StateMachine) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let (applied, snapshot) = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            (m.last_applied.map_or(0, |l| l.index), m.snapshot.map_or(0, |l| l.index))
+        };
+        if applied.saturating_sub(snapshot) >= store::snapshot_threshold(sm.held_count()) {
+            // Ignored by openraft while a build is in progress.
+            if raft.trigger().snapshot().await.is_err() {
+                return;
+            }
+        }
+    }
 }
 
 /// Derives [`Leadership`] from the Raft metrics, re-checked every few

@@ -10,7 +10,6 @@ use openraft::{
     Entry, EntryPayload, LogId, LogState, RaftLogId, RaftLogReader, RaftSnapshotBuilder, SnapshotMeta, StorageError,
     StorageIOError, StoredMembership, Vote,
 };
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::io::Cursor;
@@ -111,12 +110,19 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 }
 
-/// What a snapshot holds: the lock state (membership travels in the meta).
-#[derive(Debug, Serialize, Deserialize)]
-struct SnapshotBody {
-    /// Format version of this body.
-    v: u8,
-    locks: LockState,
+/// Snapshot cadence (docs/benchmarks.md, "Optimizations: memory"): a
+/// snapshot is built once the entries applied since the last one exceed
+/// `max(SNAPSHOT_MIN_ENTRIES, held keys / SNAPSHOT_HELD_DIVISOR)`. Building
+/// costs O(held keys), so the interval grows with the state (amortized
+/// O(SNAPSHOT_HELD_DIVISOR) holders written per entry); the in-memory log
+/// between snapshots stays a fraction of the state.
+pub const SNAPSHOT_MIN_ENTRIES: u64 = 5000;
+/// See [`SNAPSHOT_MIN_ENTRIES`].
+pub const SNAPSHOT_HELD_DIVISOR: u64 = 8;
+
+/// Entries applied since the last snapshot after which the next is built.
+pub fn snapshot_threshold(held: usize) -> u64 {
+    SNAPSHOT_MIN_ENTRIES.max(held as u64 / SNAPSHOT_HELD_DIVISOR)
 }
 
 #[derive(Debug, Default)]
@@ -146,6 +152,11 @@ impl StateMachine {
         lock(&self.inner).locks.clone()
     }
 
+    /// Number of held keys in the applied state.
+    pub fn held_count(&self) -> usize {
+        lock(&self.inner).locks.held_count()
+    }
+
     /// Runs `f` on the applied lock state without copying it.
     pub fn with_locks<T>(&self, f: impl FnOnce(&LockState) -> T) -> T {
         f(&lock(&self.inner).locks)
@@ -154,11 +165,11 @@ impl StateMachine {
 
 impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
+        // Written straight from the applied state under its lock: no copy
+        // of the state, one buffer of the exact size (docs/cluster-protocol.md, "Snapshots").
         let (data, last, membership) = {
             let inner = lock(&self.inner);
-            let body = SnapshotBody { v: 1, locks: inner.locks.clone() };
-            let data = serde_json::to_vec(&body).map_err(|e| StorageIOError::read_state_machine(&e))?;
-            (data, inner.last_applied, inner.membership.clone())
+            (inner.locks.to_snapshot(), inner.last_applied, inner.membership.clone())
         };
         let seq = self.snapshot_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let snapshot_id = match last {
@@ -213,17 +224,17 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> StorageResult<()> {
         let data = snapshot.into_inner();
-        let body: SnapshotBody =
-            serde_json::from_slice(&data).map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
-        if body.v != 1 {
-            let e = std::io::Error::new(std::io::ErrorKind::InvalidData, format!("snapshot version {}", body.v));
-            return Err(StorageIOError::read_snapshot(Some(meta.signature()), &e).into());
-        }
+        // Validated completely before anything is replaced: garbage is an
+        // error and the applied state stays as it was.
+        let locks = LockState::from_snapshot(&data).map_err(|e| {
+            tracing::error!(error = %e, snapshot = %meta.snapshot_id, "snapshot refused");
+            StorageIOError::read_snapshot(Some(meta.signature()), &e)
+        })?;
         {
             let mut inner = lock(&self.inner);
             inner.last_applied = meta.last_log_id;
             inner.membership = meta.last_membership.clone();
-            inner.locks = body.locks;
+            inner.locks = locks;
         }
         *lock(&self.snapshot) = Some(StoredSnapshot { meta: meta.clone(), data });
         Ok(())
@@ -348,7 +359,29 @@ mod tests {
     #[tokio::test]
     async fn bad_snapshot_is_an_error_not_a_panic() {
         let mut sm = StateMachine::default();
+        let grant = Command::Grant {
+            key: Key::new("k").unwrap(),
+            owner: Owner::new("o").unwrap(),
+            lease_s: 5,
+            micros: 1,
+            dt: 0,
+        };
+        sm.apply(vec![entry(1, EntryPayload::Normal(grant))]).await.unwrap();
+        let before = sm.locks();
         let meta = SnapshotMeta::default();
-        assert!(sm.install_snapshot(&meta, Box::new(Cursor::new(b"garbage".to_vec()))).await.is_err());
+        let mut truncated = before.to_snapshot();
+        truncated.pop();
+        for bad in [b"garbage".to_vec(), b"{\"v\":1}".to_vec(), truncated] {
+            let err = sm.install_snapshot(&meta, Box::new(Cursor::new(bad))).await.unwrap_err();
+            assert!(err.to_string().to_lowercase().contains("snapshot"), "{err}");
+            assert_eq!(sm.locks(), before, "a refused snapshot changed the state");
+        }
+    }
+
+    #[test]
+    fn snapshot_cadence_grows_with_the_state() {
+        assert_eq!(snapshot_threshold(0), SNAPSHOT_MIN_ENTRIES);
+        assert_eq!(snapshot_threshold(40_000), SNAPSHOT_MIN_ENTRIES);
+        assert_eq!(snapshot_threshold(1_000_000), 125_000);
     }
 }

@@ -79,24 +79,52 @@ pub struct QueuedRelease {
     pub token: Token,
 }
 
+/// Per key: what almost every key has (a holder, the in-flight flag) inline,
+/// the queues only for the few keys that have any (docs/benchmarks.md,
+/// "Optimizations: memory": a held key without waiters costs one small slot).
 #[derive(Debug, Default)]
 struct KeyState {
-    holder: Option<Holding>,
+    /// Boxed: the slot stays small (the table has up to twice as many slots as keys).
+    holder: Option<Box<Holding>>,
+    /// A proposal for this key is in flight.
+    busy: bool,
+    /// Waiters and requests queued on the key; `None` when there are none.
+    rare: Option<Box<Queues>>,
+}
+
+#[derive(Debug, Default)]
+struct Queues {
     /// FIFO of waiter ids; ids no longer in `Projection::waiters` are dead and skipped.
     queue: VecDeque<WaiterId>,
     /// Live waiters in `queue`.
     live: usize,
-    /// A proposal for this key is in flight.
-    busy: bool,
     /// Releases waiting for the in-flight proposal.
     releases: VecDeque<QueuedRelease>,
     /// Queries waiting for the in-flight proposal.
     queries: VecDeque<QueuedQuery>,
 }
 
+impl Queues {
+    fn is_empty(&self) -> bool {
+        self.queue.is_empty() && self.live == 0 && self.releases.is_empty() && self.queries.is_empty()
+    }
+}
+
 impl KeyState {
+    fn live(&self) -> usize {
+        self.rare.as_ref().map_or(0, |q| q.live)
+    }
+    fn queues(&mut self) -> &mut Queues {
+        self.rare.get_or_insert_with(Box::default)
+    }
+    /// Frees the queues once nothing is in them.
+    fn shrink(&mut self) {
+        if self.rare.as_ref().is_some_and(|q| q.is_empty()) {
+            self.rare = None;
+        }
+    }
     fn is_idle(&self) -> bool {
-        self.holder.is_none() && self.live == 0 && !self.busy && self.releases.is_empty() && self.queries.is_empty()
+        self.holder.is_none() && !self.busy && self.rare.as_ref().is_none_or(|q| q.is_empty())
     }
 }
 
@@ -132,12 +160,12 @@ impl Projection {
 
     /// Waiters queued on `key`.
     pub fn queued(&self, key: &Key) -> usize {
-        self.keys.get(key).map_or(0, |ks| ks.live)
+        self.keys.get(key).map_or(0, KeyState::live)
     }
 
     /// The projected holder of `key`.
     pub fn holder(&self, key: &Key) -> Option<&Holding> {
-        self.keys.get(key).and_then(|ks| ks.holder.as_ref())
+        self.keys.get(key).and_then(|ks| ks.holder.as_deref())
     }
 
     /// Whether a proposal for `key` is in flight.
@@ -192,39 +220,49 @@ impl Projection {
             (Some(_), None) => self.held -= 1,
             _ => {}
         }
-        ks.holder = holder;
+        match (ks.holder.as_mut(), holder) {
+            (Some(b), Some(h)) => **b = h, // the same box: no allocation
+            (_, h) => ks.holder = h.map(Box::new),
+        }
     }
 
     /// Queues an `R` behind the key's in-flight proposal.
     pub fn push_release(&mut self, key: &Key, r: QueuedRelease) {
-        self.keys.entry(key.clone()).or_default().releases.push_back(r);
+        self.keys.entry(key.clone()).or_default().queues().releases.push_back(r);
     }
 
     /// Queues a `Q` behind the key's in-flight proposal.
     pub fn push_query(&mut self, key: &Key, q: QueuedQuery) {
-        self.keys.entry(key.clone()).or_default().queries.push_back(q);
+        self.keys.entry(key.clone()).or_default().queues().queries.push_back(q);
     }
 
     /// Every queued `Q` of `key`, oldest first.
     pub fn take_queries(&mut self, key: &Key) -> Vec<QueuedQuery> {
-        self.keys.get_mut(key).map(|ks| ks.queries.drain(..).collect()).unwrap_or_default()
+        let Some(ks) = self.keys.get_mut(key) else { return Vec::new() };
+        let Some(q) = ks.rare.as_mut() else { return Vec::new() };
+        let out = q.queries.drain(..).collect();
+        ks.shrink();
+        out
     }
 
     /// The oldest queued `R` of `key`.
     pub fn pop_release(&mut self, key: &Key) -> Option<QueuedRelease> {
-        self.keys.get_mut(key)?.releases.pop_front()
+        let ks = self.keys.get_mut(key)?;
+        let out = ks.rare.as_mut()?.releases.pop_front();
+        ks.shrink();
+        out
     }
 
     fn insert_waiter(&mut self, w: Waiter, front: bool) -> WaiterId {
         self.next_waiter += 1;
         let wid = WaiterId(self.next_waiter);
-        let ks = self.keys.entry(w.key.clone()).or_default();
+        let q = self.keys.entry(w.key.clone()).or_default().queues();
         if front {
-            ks.queue.push_front(wid);
+            q.queue.push_front(wid);
         } else {
-            ks.queue.push_back(wid);
+            q.queue.push_back(wid);
         }
-        ks.live += 1;
+        q.live += 1;
         self.total_waiters += 1;
         self.by_conn.entry(w.conn).or_default().insert(wid);
         self.waiters.insert(wid, w);
@@ -236,8 +274,8 @@ impl Projection {
     fn take_waiter(&mut self, wid: WaiterId) -> Option<Waiter> {
         let w = self.waiters.remove(&wid)?;
         self.total_waiters -= 1;
-        if let Some(ks) = self.keys.get_mut(&w.key) {
-            ks.live -= 1;
+        if let Some(q) = self.keys.get_mut(&w.key).and_then(|ks| ks.rare.as_mut()) {
+            q.live -= 1;
         }
         if let Some(set) = self.by_conn.get_mut(&w.conn) {
             set.remove(&wid);
@@ -261,8 +299,15 @@ impl Projection {
     /// Takes the first live waiter off the key's queue.
     pub fn pop_head(&mut self, key: &Key) -> Option<Waiter> {
         loop {
-            let wid = self.keys.get_mut(key)?.queue.pop_front()?;
+            let ks = self.keys.get_mut(key)?;
+            let Some(wid) = ks.rare.as_mut()?.queue.pop_front() else {
+                ks.shrink();
+                return None;
+            };
             if let Some(w) = self.take_waiter(wid) {
+                if let Some(ks) = self.keys.get_mut(key) {
+                    ks.shrink();
+                }
                 return Some(w);
             }
         }
@@ -273,12 +318,17 @@ impl Projection {
     pub fn remove_waiter(&mut self, wid: WaiterId) -> Option<Waiter> {
         let w = self.take_waiter(wid)?;
         if let Some(ks) = self.keys.get_mut(&w.key) {
-            // Compact when dead entries dominate, so a long-held key with
-            // many timed-out waiters does not grow its queue without bound.
-            if ks.queue.len() > 2 * ks.live + 32 {
-                let waiters = &self.waiters;
-                ks.queue.retain(|id| waiters.contains_key(id));
+            if let Some(q) = ks.rare.as_mut() {
+                // Compact when dead entries dominate, so a long-held key with
+                // many timed-out waiters does not grow its queue without bound.
+                if q.live == 0 {
+                    q.queue.clear();
+                } else if q.queue.len() > 2 * q.live + 32 {
+                    let waiters = &self.waiters;
+                    q.queue.retain(|id| waiters.contains_key(id));
+                }
             }
+            ks.shrink();
         }
         self.remove_if_idle(&w.key);
         Some(w)
@@ -313,7 +363,7 @@ impl Projection {
     pub fn lock_info(&self, key: &Key, now: Instant, client: &dyn Fn(ConnId) -> String) -> LockInfo {
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let Some(ks) = self.keys.get(key) else { return LockInfo::default() };
-        let holder = ks.holder.as_ref().and_then(|h| {
+        let holder = ks.holder.as_deref().and_then(|h| {
             Some(HolderInfo {
                 owner_prefix: owner_prefix(&h.owner),
                 token: h.token?,
@@ -322,8 +372,9 @@ impl Projection {
             })
         });
         let waiters = ks
-            .queue
+            .rare
             .iter()
+            .flat_map(|q| q.queue.iter())
             .filter_map(|wid| self.waiters.get(wid))
             .filter(|w| w.key == *key)
             .map(|w| WaiterInfo {
@@ -341,11 +392,13 @@ impl Projection {
     pub fn check(&self) {
         assert_eq!(self.held, self.keys.values().filter(|k| k.holder.is_some()).count(), "held");
         assert_eq!(self.total_waiters, self.waiters.len(), "total_waiters");
-        assert_eq!(self.total_waiters, self.keys.values().map(|k| k.live).sum::<usize>(), "live");
+        assert_eq!(self.total_waiters, self.keys.values().map(KeyState::live).sum::<usize>(), "live");
         assert_eq!(self.total_waiters, self.by_conn.values().map(HashSet::len).sum::<usize>(), "by_conn");
         for (key, ks) in &self.keys {
-            let live = ks.queue.iter().filter(|id| self.waiters.get(id).is_some_and(|w| w.key == *key)).count();
-            assert_eq!(live, ks.live, "live of {key}");
+            let queue = ks.rare.iter().flat_map(|q| q.queue.iter());
+            let live = queue.filter(|id| self.waiters.get(id).is_some_and(|w| w.key == *key)).count();
+            assert_eq!(live, ks.live(), "live of {key}");
+            assert!(ks.rare.as_ref().is_none_or(|q| !q.is_empty()), "empty queues kept for {key}");
         }
     }
 }
@@ -471,7 +524,7 @@ mod tests {
         for wid in &ids[..190] {
             p.remove_waiter(*wid);
         }
-        assert!(p.keys[&k("a")].queue.len() <= 2 * 10 + 32 + 1, "queue not compacted");
+        assert!(p.keys[&k("a")].rare.as_ref().unwrap().queue.len() <= 2 * 10 + 32 + 1, "queue not compacted");
         p.check();
     }
 
@@ -524,11 +577,11 @@ mod tests {
                         let mut w = waiter(conn, next_req, "x", now);
                         w.key = key(n);
                         let wid = p.requeue_front(w);
-                        prop_assert_eq!(p.keys[&key(n)].queue.front(), Some(&wid));
+                        prop_assert_eq!(p.keys[&key(n)].rare.as_ref().unwrap().queue.front(), Some(&wid));
                         ids.push(wid);
                     }
                     Op::PopHead { key: n } => {
-                        let before: Vec<_> = p.keys.get(&key(n)).map(|ks| ks.queue.iter()
+                        let before: Vec<_> = p.keys.get(&key(n)).and_then(|ks| ks.rare.as_ref()).map(|q| q.queue.iter()
                             .filter_map(|id| p.waiters.get(id).map(|w| w.id)).collect()).unwrap_or_default();
                         let got = p.pop_head(&key(n)).map(|w| w.id);
                         prop_assert_eq!(got, before.first().copied());

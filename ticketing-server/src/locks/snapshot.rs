@@ -1,0 +1,275 @@
+//! The binary snapshot of a [`LockState`] (docs/cluster-protocol.md,
+//! "Snapshots"): deterministic (holders sorted by key), versioned, and
+//! validated field by field on the way in, so garbage is refused with a
+//! clear error instead of being installed.
+//!
+//! ```text
+//! "TKLS" version:u8=2 last_token:u64 dt:u64 count:u64
+//! count × ( key_len:u8 key owner_len:u8 owner token:u64 lease_s:u8 granted_dt:u64 )
+//! ```
+//! Integers are little-endian; keys strictly increase (bytewise). An owner
+//! of lowercase hex (what the clients generate: 32 characters) is stored as
+//! its raw bytes, `owner_len = 0x80 | raw length`; any other owner as its
+//! text, `owner_len` < 0x80 (owners are at most 64 bytes).
+
+use super::LockState;
+use std::fmt;
+use ticketing_proto::limits::TOKEN_MAX;
+use ticketing_proto::{Key, Owner, Token};
+
+/// The magic bytes that open a snapshot.
+pub const MAGIC: &[u8; 4] = b"TKLS";
+/// The snapshot format version this build writes and reads.
+pub const VERSION: u8 = 2;
+
+/// Why a snapshot was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotError(pub String);
+
+impl fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid lock-state snapshot: {}", self.0)
+    }
+}
+
+impl std::error::Error for SnapshotError {}
+
+fn bad(why: impl Into<String>) -> SnapshotError {
+    SnapshotError(why.into())
+}
+
+impl LockState {
+    /// Appends the binary snapshot of this state to `out` (see the module docs).
+    pub fn encode_snapshot(&self, out: &mut Vec<u8>) {
+        let mut holders: Vec<_> = self.held.iter().collect();
+        holders.sort_unstable_by(|a, b| a.key.cmp(b.key));
+        out.reserve(29 + holders.iter().map(|h| 19 + h.key.len() + h.owner.len()).sum::<usize>());
+        out.extend_from_slice(MAGIC);
+        out.push(VERSION);
+        out.extend_from_slice(&self.last_token.to_le_bytes());
+        out.extend_from_slice(&self.dt.to_le_bytes());
+        out.extend_from_slice(&(holders.len() as u64).to_le_bytes());
+        for h in holders {
+            // Key ≤ 250 and owner ≤ 64 bytes (validated types), so the lengths fit a byte.
+            out.push(h.key.len() as u8);
+            out.extend_from_slice(h.key);
+            put_owner(out, h.owner);
+            out.extend_from_slice(&h.token.to_le_bytes());
+            out.push(h.lease_s);
+            out.extend_from_slice(&h.granted_dt.to_le_bytes());
+        }
+    }
+
+    /// The binary snapshot of this state.
+    pub fn to_snapshot(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode_snapshot(&mut out);
+        out
+    }
+
+    /// Reads a snapshot written by [`LockState::encode_snapshot`], refusing
+    /// anything else: wrong magic or version, truncation, trailing bytes,
+    /// invalid keys/owners/tokens, tokens above the counter, keys out of order.
+    pub fn from_snapshot(data: &[u8]) -> Result<LockState, SnapshotError> {
+        let mut r = Reader { data, at: 0 };
+        if r.take(4)? != MAGIC {
+            return Err(bad("does not start with TKLS"));
+        }
+        let version = r.u8()?;
+        if version != VERSION {
+            return Err(bad(format!("format version {version}, this build reads {VERSION}")));
+        }
+        let last_token = r.u64()?;
+        if last_token > TOKEN_MAX {
+            return Err(bad(format!("token counter {last_token} is not below 2^63")));
+        }
+        let dt = r.u64()?;
+        let count = r.u64()?;
+        // Each holder takes at least 21 bytes: a count above that is a lie.
+        if count > (data.len() as u64) / 21 {
+            return Err(bad(format!("{count} holders cannot fit in {} bytes", data.len())));
+        }
+        let mut state = LockState { last_token, held: Default::default(), dt };
+        let mut prev: Option<&[u8]> = None;
+        for i in 0..count {
+            let key_len = usize::from(r.u8()?);
+            let key = r.take(key_len)?;
+            Key::new(bytes::Bytes::copy_from_slice(key)).map_err(|e| bad(format!("holder {i}: {e}")))?;
+            if prev.is_some_and(|p| p >= key) {
+                return Err(bad(format!("holder {i}: keys not in strictly increasing order")));
+            }
+            prev = Some(key);
+            let owner_len = r.u8()?;
+            let owner = match owner_len & 0x80 {
+                0 => r.take(usize::from(owner_len))?.to_vec(),
+                _ => hex::encode(r.take(usize::from(owner_len & 0x7F))?).into_bytes(),
+            };
+            let owner = owner.as_slice();
+            Owner::new(bytes::Bytes::copy_from_slice(owner)).map_err(|e| bad(format!("holder {i}: {e}")))?;
+            let token = r.u64()?;
+            let token = Token::new(token).map_err(|e| bad(format!("holder {i}: {e}")))?;
+            if token.get() > last_token {
+                return Err(bad(format!("holder {i}: token {} above the counter {last_token}", token.get())));
+            }
+            let lease_s = r.u8()?;
+            let granted_dt = r.u64()?;
+            if granted_dt > dt {
+                return Err(bad(format!("holder {i}: granted at {granted_dt} ms, after the domain time {dt}")));
+            }
+            state.held.insert(key, owner, token, lease_s, granted_dt);
+        }
+        if r.at != data.len() {
+            return Err(bad(format!("{} trailing bytes", data.len() - r.at)));
+        }
+        Ok(state)
+    }
+}
+
+/// An even length (whole bytes).
+fn hex_len_ok(len: usize) -> bool {
+    len / 2 * 2 == len
+}
+
+/// Lowercase hex of even length: its raw bytes with the 0x80 flag; else the text.
+fn put_owner(out: &mut Vec<u8>, owner: &[u8]) {
+    let hex = owner.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')) && hex_len_ok(owner.len());
+    let mut raw = [0u8; 32];
+    let raw = &mut raw[..owner.len() / 2];
+    if hex && hex::decode_to_slice(owner, raw).is_ok() {
+        out.push(0x80 | raw.len() as u8);
+        out.extend_from_slice(raw);
+    } else {
+        out.push(owner.len() as u8);
+        out.extend_from_slice(owner);
+    }
+}
+
+struct Reader<'a> {
+    data: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], SnapshotError> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.data.len()).ok_or_else(|| bad("truncated"))?;
+        let out = &self.data[self.at..end];
+        self.at = end;
+        Ok(out)
+    }
+    fn u8(&mut self) -> Result<u8, SnapshotError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u64(&mut self) -> Result<u64, SnapshotError> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::locks::{Command, NextHolder};
+
+    fn k(s: &str) -> Key {
+        Key::new(s.to_owned()).unwrap()
+    }
+    fn o(s: &str) -> Owner {
+        Owner::new(s.to_owned()).unwrap()
+    }
+
+    fn sample() -> LockState {
+        let mut s = LockState::new();
+        for (i, key) in ["b", "a", "zz", "k-1"].iter().enumerate() {
+            let g = Command::Grant { key: k(key), owner: o(&format!("o{i}")), lease_s: 5, micros: 10, dt: i as u64 };
+            s.apply(&g);
+        }
+        let h = s.holder(&k("a")).unwrap();
+        let next = Some(NextHolder { owner: o("next"), lease_s: 9 });
+        s.apply(&Command::Release { key: k("a"), owner: h.owner, token: h.token, next, micros: 99, dt: 7 });
+        s
+    }
+
+    #[test]
+    fn round_trips_the_full_state_deterministically() {
+        let s = sample();
+        let bytes = s.to_snapshot();
+        let back = LockState::from_snapshot(&bytes).unwrap();
+        assert_eq!(back, s);
+        assert_eq!((back.last_token(), back.domain_time(), back.held_count()), (s.last_token(), 7, 4));
+        for (key, h) in s.holders() {
+            assert_eq!(back.holder(&key), Some(h));
+        }
+        // Built in another insertion order: the same bytes.
+        let mut other = LockState::from_snapshot(&bytes).unwrap();
+        other.held = Default::default();
+        let mut hs: Vec<_> = s.holders().collect();
+        hs.reverse();
+        for (key, h) in hs {
+            other.held.insert(key.as_bytes(), h.owner.as_bytes(), h.token, h.lease_s, h.granted_dt);
+        }
+        assert_eq!(other.to_snapshot(), bytes);
+        assert_eq!(LockState::from_snapshot(&LockState::new().to_snapshot()).unwrap(), LockState::new());
+    }
+
+    #[test]
+    fn hex_owners_are_stored_raw_and_others_as_text() {
+        let mut s = LockState::new();
+        let owners = ["0123456789abcdef0123456789abcdef", "ABCD", "abc", "x", &"f".repeat(64)];
+        for (i, owner) in owners.iter().enumerate() {
+            s.apply(&Command::Grant { key: k(&format!("k{i}")), owner: o(owner), lease_s: 5, micros: 1, dt: 0 });
+        }
+        let bytes = s.to_snapshot();
+        let back = LockState::from_snapshot(&bytes).unwrap();
+        assert_eq!(back, s);
+        let text: usize = owners.iter().map(|o| o.len()).sum();
+        assert_eq!(bytes.len(), 29 + owners.len() * 19 + 5 * 2 + text - 16 - 32, "hex owners not halved");
+    }
+
+    #[test]
+    fn garbage_is_refused_with_a_clear_error() {
+        let good = sample().to_snapshot();
+        let err = |d: &[u8]| LockState::from_snapshot(d).unwrap_err().to_string();
+        assert!(err(b"garbage").contains("TKLS"), "{}", err(b"garbage"));
+        assert!(err(b"").contains("truncated"));
+        let mut v = good.clone();
+        v[4] = 9;
+        assert!(err(&v).contains("version 9"), "{}", err(&v));
+        for cut in [5, 20, 28, 29, 30, good.len() - 1] {
+            let e = err(&good[..cut]);
+            assert!(e.contains("truncated") || e.contains("cannot fit"), "cut {cut}: {e}");
+        }
+        let mut v = good.clone();
+        v.push(0);
+        assert!(err(&v).contains("trailing"));
+        // The counter below a holder's token.
+        let mut v = good.clone();
+        v[5..13].copy_from_slice(&1u64.to_le_bytes());
+        assert!(err(&v).contains("above the counter"), "{}", err(&v));
+        // A key byte outside 0x21-0x7E.
+        let mut v = good.clone();
+        v[30] = b' ';
+        assert!(err(&v).contains("holder 0"), "{}", err(&v));
+        // A huge count.
+        let mut v = good.clone();
+        v[21..29].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(err(&v).contains("cannot fit"), "{}", err(&v));
+        // Two holders swapped: out of order.
+        let s = sample();
+        let mut swapped = Vec::new();
+        let mut hs: Vec<_> = s.holders().collect();
+        hs.sort_by(|a, b| b.0.cmp(&a.0));
+        swapped.extend_from_slice(&good[..29]);
+        for (key, h) in hs {
+            swapped.push(key.as_bytes().len() as u8);
+            swapped.extend_from_slice(key.as_bytes());
+            put_owner(&mut swapped, h.owner.as_bytes());
+            swapped.extend_from_slice(&h.token.get().to_le_bytes());
+            swapped.push(h.lease_s);
+            swapped.extend_from_slice(&h.granted_dt.to_le_bytes());
+        }
+        assert_eq!(swapped.len(), good.len());
+        assert!(err(&swapped).contains("order"), "{}", err(&swapped));
+    }
+}
