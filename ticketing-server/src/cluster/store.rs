@@ -366,7 +366,7 @@ mod tests {
             micros: 1,
             dt: 0,
         };
-        sm.apply(vec![entry(1, EntryPayload::Normal(grant))]).await.unwrap();
+        sm.apply(vec![entry(1, EntryPayload::Normal(Batch(vec![grant])))]).await.unwrap();
         let before = sm.locks();
         let meta = SnapshotMeta::default();
         let mut truncated = before.to_snapshot();
