@@ -59,12 +59,28 @@ write('server_conn', [auth + l for l in client_lines] + [auth, b'AUTH x\n', auth
 write('peer_handshake', [b'AUTH ' + b'11' * 32 + b' ' + b'00' * 32 + b'\n', b'AUTH\n', b'E wrong_domain\n', b'x' * 600])
 def frame(j):
     return struct.pack('>I', len(j)) + j
+def varint(n):
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7f) | 0x80); n >>= 7
+    out.append(n)
+    return bytes(out)
+def text(t):
+    return varint(len(t)) + t
+def env(id, to, domain, body):
+    """A peer protocol 2 envelope (postcard): v, id, to, domain, body."""
+    return bytes([2]) + varint(id) + varint(to) + (b'\0' if domain is None else b'\1' + varint(domain)) + body
+# Body variants: AppendReq 0 ... StatusReq 4, BootstrapReq 5, AppendResp 6, JoinResp 9, Refused 12.
 envs = [
-    b'{"v":1,"id":7,"to":42,"domain":"00000000000000000000000000000005","body":"StatusReq"}',
-    b'{"v":1,"id":5,"to":1,"domain":null,"body":"StatusReq"}',
-    b'{"v":1,"id":6,"to":2,"domain":null,"body":{"BootstrapReq":"00000000000000000000000000000005"}}',
-    b'{"v":1,"id":8,"to":3,"domain":null,"body":{"JoinReq":{"node_id":9,"node":{"peer":"127.0.0.1:5226","client":"127.0.0.1:5225"}}}}',
-    b'{"v":2,"id":9,"to":3,"domain":null,"body":"StatusReq"}',
-    b'{"v":1,"id":10,"to":3,"domain":null,"body":{"Refused":"WrongDomain"}}',
+    env(7, 42, 5, varint(4)),
+    env(5, 1, None, varint(4)),
+    env(6, 2, None, varint(5) + varint(5)),
+    env(8, 3, None, varint(3) + varint(9) + text(b'127.0.0.1:5226') + text(b'127.0.0.1:5225') + b'\0'),
+    env(10, 3, None, varint(12) + varint(1)),
+    env(11, 3, 2**127, varint(9) + varint(1)),
+    env(12, 3, None, varint(6) + b'\0' + varint(2)),
+    env(13, 3, None, varint(6) + b'\1' + text(b'{"Fatal":"Panicked"}')),
 ]
-write('peer_frame', [frame(e) for e in envs] + [b'\0\0\0\0', b'\x01\0\0\x01', b'\0\0\0\x03abc', frame(envs[0]) + frame(envs[1])])
+# Peer protocol 1 (JSON) frames: refused.
+old = [b'{"v":1,"id":5,"to":1,"domain":null,"body":"StatusReq"}']
+write('peer_frame', [frame(e) for e in envs + old] + [b'\0\0\0\0', b'\x01\0\0\x01', b'\0\0\0\x03abc', frame(envs[0]) + frame(envs[1])])

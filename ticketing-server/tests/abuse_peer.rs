@@ -47,7 +47,7 @@ fn connect(port: u16) -> (TcpStream, BufReader<TcpStream>, Hex32) {
     let mut r = BufReader::new(s.try_clone().unwrap());
     let mut greeting = String::new();
     r.read_line(&mut greeting).unwrap();
-    let snonce = greeting.trim_end().strip_prefix("TICKETING-PEER 1 ").unwrap_or_else(|| panic!("{greeting:?}"));
+    let snonce = greeting.trim_end().strip_prefix("TICKETING-PEER 2 ").unwrap_or_else(|| panic!("{greeting:?}"));
     (s, r, Hex32::parse(snonce.as_bytes()).unwrap())
 }
 

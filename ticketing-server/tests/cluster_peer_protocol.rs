@@ -1,6 +1,7 @@
 //! The peer port (docs/cluster-protocol.md) seen from outside: the handshake with the peer
-//! token and labels, `OK <domain> <node_id> <smac>`, length-prefixed JSON
-//! envelopes, rejection of a message for another NodeId, and of bad frames.
+//! token and labels, `OK <domain> <node_id> <smac>`, length-prefixed binary
+//! (postcard) envelopes, rejection of a message for another NodeId, of another
+//! domain, of a peer-protocol-1 JSON frame, and of bad frames.
 
 mod cluster_common;
 use cluster_common::*;
@@ -9,6 +10,8 @@ use std::net::TcpStream;
 use std::time::Duration;
 use ticketing_proto::auth::{mac, nonce, verify, Label};
 use ticketing_proto::Hex32;
+use ticketing_server::cluster::types::{DomainId, NodeId};
+use ticketing_server::cluster::wire::{decode_body, encode, Body, Envelope, Refusal, VERSION};
 
 fn connect(port: u16) -> (TcpStream, BufReader<TcpStream>, Hex32) {
     let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -16,21 +19,38 @@ fn connect(port: u16) -> (TcpStream, BufReader<TcpStream>, Hex32) {
     let mut r = BufReader::new(s.try_clone().unwrap());
     let mut greeting = String::new();
     r.read_line(&mut greeting).unwrap();
-    let snonce = greeting.trim_end().strip_prefix("TICKETING-PEER 1 ").expect(&greeting);
+    let snonce = greeting.trim_end().strip_prefix("TICKETING-PEER 2 ").expect(&greeting);
     (s, r, Hex32::parse(snonce.as_bytes()).unwrap())
 }
 
-fn frame(s: &mut TcpStream, json: &str) {
-    s.write_all(&(json.len() as u32).to_be_bytes()).unwrap();
-    s.write_all(json.as_bytes()).unwrap();
+fn frame(s: &mut TcpStream, id: u64, to: u64, domain: Option<DomainId>) {
+    let env = Envelope { v: VERSION, id, to: NodeId(to), domain, body: Body::StatusReq };
+    s.write_all(&encode(&env).unwrap()).unwrap();
 }
 
-fn read_frame(r: &mut BufReader<TcpStream>) -> serde_json::Value {
+fn read_frame(r: &mut BufReader<TcpStream>) -> Envelope {
     let mut len = [0u8; 4];
     r.read_exact(&mut len).unwrap();
     let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
     r.read_exact(&mut buf).unwrap();
-    serde_json::from_slice(&buf).unwrap()
+    decode_body(&buf).unwrap()
+}
+
+/// True once the server has closed the connection.
+fn closed(r: &mut BufReader<TcpStream>) -> bool {
+    let mut rest = Vec::new();
+    r.read_to_end(&mut rest).unwrap_or(0) == 0
+}
+
+fn authed(port: u16) -> (TcpStream, BufReader<TcpStream>) {
+    let (mut s, mut r, snonce) = connect(port);
+    let cnonce = nonce(&mut rand_core::OsRng);
+    let good = mac(b"", Label::PeerClient, &snonce, &cnonce);
+    s.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), good.to_hex_string()).as_bytes()).unwrap();
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.starts_with("OK "), "{line:?}");
+    (s, r)
 }
 
 #[test]
@@ -66,26 +86,32 @@ fn peer_handshake_target_check_and_bad_frames() {
     assert!(!verify(b"", Label::PeerClient, &snonce, &cnonce, &smac));
 
     // Status for another NodeId: refused; for this one: answered, id echoed, pipelined.
-    frame(&mut s, &format!(r#"{{"v":1,"id":5,"to":{},"domain":null,"body":"StatusReq"}}"#, id ^ 1));
-    frame(&mut s, &format!(r#"{{"v":1,"id":6,"to":{id},"domain":null,"body":"StatusReq"}}"#));
+    frame(&mut s, 5, id ^ 1, None);
+    frame(&mut s, 6, id, None);
     let mut answers = [read_frame(&mut r), read_frame(&mut r)];
-    answers.sort_by_key(|a| a["id"].as_u64());
-    assert_eq!(answers[0]["id"], 5);
-    assert_eq!(answers[0]["body"]["Refused"]["WrongTarget"]["actual"].as_u64(), Some(id));
-    assert_eq!(answers[1]["id"], 6);
-    let st = &answers[1]["body"]["StatusResp"];
-    assert_eq!(st["node_id"].as_u64(), Some(id));
-    assert_eq!(st["domain"].as_str(), Some(f[1]));
-    assert_eq!(st["client"].as_str(), Some(c.nodes[1].client_addr().as_str()));
+    answers.sort_by_key(|a| a.id);
+    assert_eq!(answers[0].id, 5);
+    assert!(matches!(answers[0].body, Body::Refused(Refusal::WrongTarget { actual }) if actual.0 == id));
+    assert_eq!(answers[1].id, 6);
+    let Body::StatusResp(st) = &answers[1].body else { panic!("{:?}", answers[1]) };
+    assert_eq!(st.node_id.0, id);
+    assert_eq!(st.domain.map(|d| d.to_string()).as_deref(), Some(f[1]));
+    assert_eq!(st.client, c.nodes[1].client_addr());
 
     // Another domain: refused.
-    frame(&mut s, &format!(r#"{{"v":1,"id":7,"to":{id},"domain":"{}","body":"StatusReq"}}"#, "ab".repeat(16)));
-    assert_eq!(read_frame(&mut r)["body"]["Refused"], "WrongDomain");
+    frame(&mut s, 7, id, Some(DomainId(0xabab_abab_abab_abab_abab_abab_abab_abab)));
+    assert!(matches!(read_frame(&mut r).body, Body::Refused(Refusal::WrongDomain)));
 
     // A zero-length frame ends the connection.
     s.write_all(&[0, 0, 0, 0]).unwrap();
-    let mut rest = Vec::new();
-    assert_eq!(r.read_to_end(&mut rest).unwrap_or(0), 0);
+    assert!(closed(&mut r));
+
+    // A JSON frame of peer protocol 1 is not an envelope: the connection ends, no answer.
+    let (mut s, mut r) = authed(port);
+    let json = format!(r#"{{"v":1,"id":6,"to":{id},"domain":null,"body":"StatusReq"}}"#);
+    s.write_all(&(json.len() as u32).to_be_bytes()).unwrap();
+    s.write_all(json.as_bytes()).unwrap();
+    assert!(closed(&mut r));
 
     // The cluster still works.
     let leader = c.wait_leader(Duration::from_secs(5)).unwrap();

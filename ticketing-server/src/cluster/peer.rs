@@ -8,6 +8,7 @@ use super::types::{NodeId, NodeInfo, TypeConfig};
 use super::wire::{self, Body, Envelope, Refusal, WireError, VERSION};
 use super::Node;
 use crate::manager::metrics::LimitMetrics;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -32,8 +33,14 @@ const DIAL_TIMEOUT: Duration = Duration::from_millis(1000);
 /// Requests of one accepted peer connection being served at once; the next
 /// frame is read only when one finishes (docs/deployment.md, "Queues").
 pub const MAX_PEER_IN_FLIGHT: usize = 256;
-/// Encoded frames waiting to be written on one peer connection, either way.
+/// Encoded frames waiting to be written on one outgoing peer connection.
 pub const PEER_WRITE_QUEUE: usize = 256;
+/// Encoded answers not yet written on one accepted peer connection: past
+/// this no further frame is read (a dialer that does not read its answers
+/// stops being served, nothing grows).
+pub const PEER_ANSWER_BYTES: usize = 1024 * 1024;
+/// At most this many bytes of queued frames go into one socket write.
+const WRITE_BATCH: usize = 256 * 1024;
 
 /// The peer port's abuse limits (docs/deployment.md, "Limits") and their metrics.
 #[derive(Debug, Clone)]
@@ -154,7 +161,7 @@ async fn serve_conn(stream: TcpStream, from: SocketAddr, node: Arc<Node>) -> Res
             limits.metrics.peer_handshake_timeouts.inc();
             return Err(WireError::Timeout);
         }
-        Err(WireError::Refused(_)) => {
+        Err(WireError::Refused(r)) if r == "auth_failed" => {
             warn!(%from, "peer refused: wrong peer token (auth_failed)");
             return Ok(());
         }
@@ -163,47 +170,96 @@ async fn serve_conn(stream: TcpStream, from: SocketAddr, node: Arc<Node>) -> Res
             return Ok(());
         }
     }
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(PEER_WRITE_QUEUE);
-    let in_flight = Arc::new(Semaphore::new(MAX_PEER_IN_FLIGHT));
-    let writer = tokio::spawn(async move {
-        while let Some(bytes) = rx.recv().await {
-            if w.write_all(&bytes).await.is_err() {
-                break;
-            }
+    serve_frames(r, w, &node).await.inspect_err(|e| {
+        if matches!(e, WireError::Protocol(_) | WireError::Timeout) {
+            limits.metrics.peer_bad_frames.inc();
         }
-    });
-    let result = loop {
-        // Back-pressure: the next frame is read once a request slot is free.
-        let Ok(slot) = in_flight.clone().acquire_owned().await else { break Ok(()) };
-        match wire::read_frame_within(&mut r, limits.frame_timeout).await {
-            Ok(Some(env)) => {
-                let node = node.clone();
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    let _slot = slot;
-                    let id = env.id;
-                    let body = respond(&node, env).await;
-                    let answer = Envelope { v: VERSION, id, to: node.id, domain: node.domain(), body };
-                    match wire::encode(&answer) {
-                        Ok(bytes) => {
-                            let _ = tx.send(bytes).await;
-                        }
-                        Err(e) => warn!(error = %e, "cannot encode a peer answer"),
-                    }
-                });
-            }
-            Ok(None) => break Ok(()),
-            Err(e) => {
-                if matches!(e, WireError::Protocol(_) | WireError::Timeout) {
-                    limits.metrics.peer_bad_frames.inc();
+    })
+}
+
+/// The frames of one accepted connection, in this one task: requests are
+/// read while fewer than [`MAX_PEER_IN_FLIGHT`] are being served (and less
+/// than [`PEER_ANSWER_BYTES`] of answers wait), served concurrently, and
+/// their answers written as they finish, all finished answers in one
+/// write. No task per frame, no writer task.
+async fn serve_frames<R, W>(r: R, mut w: W, node: &Arc<Node>) -> Result<(), WireError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let frame_timeout = node.limits.frame_timeout;
+    let mut reader = wire::FrameReader::new(r);
+    let mut running = FuturesUnordered::new();
+    let mut out: Vec<u8> = Vec::with_capacity(4096);
+    // Bytes were written since the last flush (TLS may hold some back).
+    let mut dirty = false;
+    let mut ended = false;
+    loop {
+        if ended && running.is_empty() && out.is_empty() && !dirty {
+            return Ok(());
+        }
+        let can_read = !ended && running.len() < MAX_PEER_IN_FLIGHT && out.len() < PEER_ANSWER_BYTES;
+        tokio::select! {
+            biased;
+            Some((id, body)) = running.next(), if !running.is_empty() => {
+                let answer = Envelope { v: VERSION, id, to: node.id, domain: node.domain(), body };
+                if let Err(e) = wire::encode_into(&answer, &mut out) {
+                    warn!(error = %e, "cannot encode a peer answer");
                 }
-                break Err(e);
             }
+            written = std::future::poll_fn(|cx| {
+                if out.is_empty() {
+                    Pin::new(&mut w).poll_flush(cx).map_ok(|()| None)
+                } else {
+                    Pin::new(&mut w).poll_write(cx, &out).map_ok(Some)
+                }
+            }), if !out.is_empty() || dirty => match written {
+                Ok(Some(0)) => return Err(WireError::Io(std::io::ErrorKind::WriteZero)),
+                Ok(Some(n)) => {
+                    out.drain(..n);
+                    dirty = true;
+                }
+                Ok(None) => dirty = false,
+                Err(e) => return Err(e.into()),
+            },
+            frame = reader.next(frame_timeout), if can_read => match frame? {
+                Some(env) => running.push(async move {
+                    let id = env.id;
+                    (id, respond(node, env).await)
+                }),
+                None => ended = true,
+            },
         }
-    };
-    drop(tx);
-    let _ = writer.await;
-    result
+    }
+}
+
+/// Writes the frames queued for one outgoing connection: every frame queued
+/// by the time the writer wakes goes out in one write (up to
+/// [`WRITE_BATCH`] bytes), then one flush.
+async fn write_batches<W: AsyncWrite + Unpin>(rx: &mut mpsc::Receiver<Vec<u8>>, w: &mut W) -> std::io::Result<()> {
+    let mut frames = Vec::with_capacity(64);
+    let mut batch = Vec::with_capacity(16 * 1024);
+    while rx.recv_many(&mut frames, 64).await > 0 {
+        let mut queued = frames.drain(..);
+        while let Some(first) = queued.next() {
+            if first.len() >= WRITE_BATCH {
+                w.write_all(&first).await?;
+                continue;
+            }
+            batch.clear();
+            batch.extend_from_slice(&first);
+            for more in queued.by_ref() {
+                batch.extend_from_slice(&more);
+                if batch.len() >= WRITE_BATCH {
+                    break;
+                }
+            }
+            w.write_all(&batch).await?;
+        }
+        drop(queued);
+        w.flush().await?;
+    }
+    Ok(())
 }
 
 /// Checks the envelope and runs the request.
@@ -411,16 +467,13 @@ impl Pool {
         });
         let alive_w = alive.clone();
         tokio::spawn(async move {
-            while let Some(bytes) = rx.recv().await {
-                if w.write_all(&bytes).await.is_err() {
-                    break;
-                }
-            }
+            let _ = write_batches(&mut rx, &mut w).await;
             alive_w.store(false, Ordering::Release);
         });
         let frame_timeout = self.node.limits.frame_timeout;
         tokio::spawn(async move {
-            while let Ok(Some(env)) = wire::read_frame_within(&mut r, frame_timeout).await {
+            let mut reader = wire::FrameReader::new(r);
+            while let Ok(Some(env)) = reader.next(frame_timeout).await {
                 if let Some(waiter) = lock(&pending).remove(&env.id) {
                     let _ = waiter.send(env);
                 }

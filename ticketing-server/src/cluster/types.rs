@@ -35,8 +35,9 @@ pub struct NodeInfo {
     /// Client address announced in `M`/`L` (that node's `--advertise`).
     pub client: String,
     /// That node's `--admin-listen`, if any: a follower's `/locks/<key>`
-    /// names the leader's.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// names the leader's. Never skipped when `None`: the peer frames are
+    /// postcard (not self-describing), where every field must be there.
+    #[serde(default)]
     pub admin: Option<String>,
 }
 

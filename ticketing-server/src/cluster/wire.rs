@@ -5,12 +5,18 @@
 //! The handshake is the client port's (docs/protocol.md §3) with its own
 //! greeting, labels and `OK` line: its `AUTH` line is decoded by the client
 //! port's decoder ([`decode_client`]), lines are bounded by the same
-//! [`MAX_FRAME`] (512 bytes, LF included).
+//! [`MAX_FRAME`] (512 bytes, LF included). The greeting names the peer
+//! protocol version ([`VERSION`]): a dialer of another version is refused
+//! before any frame, never misparsed.
 //!
 //! A frame is a 4-byte big-endian length `N` (1 ≤ N ≤ 16 MiB) followed by `N`
-//! bytes of UTF-8 JSON: one [`Envelope`].
+//! bytes: one [`Envelope`] in postcard's compact binary serde format.
+//! Snapshot chunks travel as raw bytes; an openraft error inside an answer
+//! travels as JSON text (its `AnyError` nests without bound; serde_json
+//! stops at 128 levels, postcard has no such limit).
 
 use super::types::{DomainId, NodeId, NodeInfo, TypeConfig};
+use bytes::{Buf, BytesMut};
 use openraft::error::{InstallSnapshotError, RaftError};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
@@ -24,24 +30,38 @@ use ticketing_proto::frame::{decode_client, line_fields};
 use ticketing_proto::limits::MAX_FRAME;
 use ticketing_proto::{ClientFrame, Hex32};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
 
-/// Version of the envelope format.
-pub const VERSION: u8 = 1;
+/// Version of the peer protocol: the number in the greeting and every
+/// envelope's `v`. Version 1 carried JSON frames; 2 carries postcard.
+pub const VERSION: u8 = 2;
 /// Largest frame body.
 pub const MAX_BODY: usize = 16 * 1024 * 1024;
 
+/// Text (32 hex digits) in a human-readable format, a `u128` in the binary frames.
 impl Serialize for DomainId {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.to_string())
+        if s.is_human_readable() {
+            s.serialize_str(&self.to_string())
+        } else {
+            s.serialize_u128(self.0)
+        }
     }
 }
 
 impl<'de> Deserialize<'de> for DomainId {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<DomainId, D::Error> {
-        let text = String::deserialize(d)?;
-        DomainId::parse(&text).ok_or_else(|| serde::de::Error::custom("domain id must be 32 lowercase hex digits"))
+        if d.is_human_readable() {
+            let text = String::deserialize(d)?;
+            DomainId::parse(&text).ok_or_else(|| serde::de::Error::custom("domain id must be 32 lowercase hex digits"))
+        } else {
+            u128::deserialize(d).map(DomainId)
+        }
     }
 }
+
+mod fields;
+use fields::{json_err, snapshot_chunk};
 
 /// One message on a peer connection.
 #[derive(Debug, Serialize, Deserialize)]
@@ -90,8 +110,9 @@ pub struct PeerStatus {
     pub domain: Option<DomainId>,
     /// Its client (advertise) address.
     pub client: String,
-    /// Its admin HTTP address (`--admin-listen`), if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its admin HTTP address (`--admin-listen`), if any. (Never skipped
+    /// when `None`: postcard is not self-describing, every field is there.)
+    #[serde(default)]
     pub admin: Option<String>,
     /// Whether its Raft state is initialized (it is or was a member of a domain).
     pub initialized: bool,
@@ -133,8 +154,8 @@ pub enum Body {
     AppendReq(AppendEntriesRequest<TypeConfig>),
     /// Raft RequestVote.
     VoteReq(VoteRequest<NodeId>),
-    /// Raft InstallSnapshot (one chunk).
-    SnapshotReq(InstallSnapshotRequest<TypeConfig>),
+    /// Raft InstallSnapshot (one chunk; its data as raw bytes).
+    SnapshotReq(#[serde(with = "snapshot_chunk")] InstallSnapshotRequest<TypeConfig>),
     /// Join (docs/cluster-protocol.md §3).
     JoinReq(JoinRequest),
     /// Status.
@@ -142,11 +163,13 @@ pub enum Body {
     /// Bootstrap: join the new domain `domain` (docs/cluster-protocol.md §3).
     BootstrapReq(DomainId),
     /// Answer to `AppendReq`.
-    AppendResp(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    AppendResp(#[serde(with = "json_err")] Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
     /// Answer to `VoteReq`.
-    VoteResp(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    VoteResp(#[serde(with = "json_err")] Result<VoteResponse<NodeId>, RaftError<NodeId>>),
     /// Answer to `SnapshotReq`.
-    SnapshotResp(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+    SnapshotResp(
+        #[serde(with = "json_err")] Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
+    ),
     /// Answer to `JoinReq`.
     JoinResp(JoinAnswer),
     /// Answer to `StatusReq`.
@@ -196,67 +219,163 @@ impl From<std::io::Error> for WireError {
     }
 }
 
-/// Encodes one frame (length prefix + JSON).
-pub fn encode(env: &Envelope) -> Result<Vec<u8>, WireError> {
-    let json = serde_json::to_vec(env).map_err(|e| WireError::Protocol(format!("cannot encode: {e}")))?;
-    if json.is_empty() || json.len() > MAX_BODY {
-        return Err(WireError::Protocol(format!("frame of {} bytes is out of range", json.len())));
+/// A postcard output that appends to a `Vec` (several frames share one
+/// buffer: one socket write per batch).
+struct Append<'a>(&'a mut Vec<u8>);
+
+impl postcard::ser_flavors::Flavor for Append<'_> {
+    type Output = ();
+    fn try_push(&mut self, b: u8) -> postcard::Result<()> {
+        self.0.push(b);
+        Ok(())
     }
-    let mut out = Vec::with_capacity(4 + json.len());
-    out.extend_from_slice(&(json.len() as u32).to_be_bytes());
-    out.extend_from_slice(&json);
+    fn try_extend(&mut self, b: &[u8]) -> postcard::Result<()> {
+        self.0.extend_from_slice(b);
+        Ok(())
+    }
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
+    }
+}
+
+/// Appends one frame (length prefix + postcard body) to `out`. On an error
+/// `out` is left as it was.
+pub fn encode_into(env: &Envelope, out: &mut Vec<u8>) -> Result<(), WireError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    if let Err(e) = postcard::serialize_with_flavor(env, Append(out)) {
+        out.truncate(start);
+        return Err(WireError::Protocol(format!("cannot encode: {e}")));
+    }
+    let n = out.len() - start - 4;
+    if n == 0 || n > MAX_BODY {
+        out.truncate(start);
+        return Err(WireError::Protocol(format!("frame of {n} bytes is out of range")));
+    }
+    out[start..start + 4].copy_from_slice(&(n as u32).to_be_bytes());
+    Ok(())
+}
+
+/// Encodes one frame (length prefix + postcard body).
+pub fn encode(env: &Envelope) -> Result<Vec<u8>, WireError> {
+    let mut out = Vec::with_capacity(128);
+    encode_into(env, &mut out)?;
     Ok(out)
 }
 
-/// Reads one frame. `Ok(None)` at a clean end of stream before a frame.
-/// The body buffer grows as bytes arrive (a length prefix alone never
-/// allocates 16 MiB); a length out of range is refused before any body byte
-/// is read.
+/// Parses a frame body: exactly one envelope, no byte left over.
+pub fn decode_body(buf: &[u8]) -> Result<Envelope, WireError> {
+    match postcard::take_from_bytes::<Envelope>(buf) {
+        Ok((env, [])) => Ok(env),
+        Ok((_, rest)) => Err(WireError::Protocol(format!("bad message: {} bytes after the envelope", rest.len()))),
+        Err(e) => Err(WireError::Protocol(format!("bad message: {e}"))),
+    }
+}
+
+/// The length a frame header announces, checked against `1..=MAX_BODY`.
+fn frame_len(header: [u8; 4]) -> Result<usize, WireError> {
+    let n = u32::from_be_bytes(header) as usize;
+    if n == 0 || n > MAX_BODY {
+        return Err(WireError::Protocol(format!("frame length {n} out of range 1..=16MiB")));
+    }
+    Ok(n)
+}
+
+/// Reads the frames of one connection through one buffer: a read takes
+/// whatever the socket has (many frames at once under load), frames are
+/// decoded in place. [`FrameReader::next`] is cancel-safe, so a connection
+/// task can wait for the next frame and for its answers at once.
+pub struct FrameReader<R> {
+    r: R,
+    buf: BytesMut,
+    /// When the started frame in `buf` must be complete (`--peer-frame-timeout`).
+    deadline: Option<Instant>,
+}
+
+/// Read size while no frame is started, and the most the buffer grows by
+/// in one read: a length prefix alone never allocates 16 MiB.
+const READ_CHUNK: usize = 64 * 1024;
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// Reads frames from `r`.
+    pub fn new(r: R) -> FrameReader<R> {
+        FrameReader { r, buf: BytesMut::with_capacity(8 * 1024), deadline: None }
+    }
+
+    /// The next frame; `Ok(None)` at a clean end of stream between frames.
+    /// Once a frame's first byte arrived, the frame must be whole within
+    /// `limit` ([`WireError::Timeout`]); waiting for a first byte is not
+    /// limited (an idle connection is fine). A length out of range is
+    /// refused before its body is read. Cancel-safe: dropping the future
+    /// loses nothing.
+    pub async fn next(&mut self, limit: Duration) -> Result<Option<Envelope>, WireError> {
+        loop {
+            if let Some(env) = self.take()? {
+                return Ok(Some(env));
+            }
+            if !self.buf.is_empty() && self.deadline.is_none() {
+                self.deadline = Some(Instant::now() + limit);
+            }
+            let n = match self.deadline {
+                None => self.r.read_buf(&mut self.buf).await?,
+                Some(at) => match tokio::time::timeout_at(at, self.r.read_buf(&mut self.buf)).await {
+                    Ok(n) => n?,
+                    Err(_) => return Err(WireError::Timeout),
+                },
+            };
+            if n == 0 {
+                return if self.buf.is_empty() {
+                    Ok(None)
+                } else {
+                    Err(WireError::Protocol("stream ended inside a frame".into()))
+                };
+            }
+        }
+    }
+
+    /// A whole frame from the buffer, if there is one; otherwise makes room
+    /// for the rest of the started one.
+    fn take(&mut self) -> Result<Option<Envelope>, WireError> {
+        let need = if self.buf.len() >= 4 {
+            let n = frame_len([self.buf[0], self.buf[1], self.buf[2], self.buf[3]])?;
+            if self.buf.len() >= 4 + n {
+                let env = decode_body(&self.buf[4..4 + n]);
+                self.buf.advance(4 + n);
+                self.deadline = None;
+                if self.buf.is_empty() && self.buf.capacity() > 4 * READ_CHUNK {
+                    // Do not keep a snapshot chunk's buffer on an idle link.
+                    self.buf = BytesMut::with_capacity(8 * 1024);
+                }
+                return env.map(Some);
+            }
+            4 + n - self.buf.len()
+        } else {
+            16 * 1024
+        };
+        let spare = self.buf.capacity() - self.buf.len();
+        if spare < need.min(READ_CHUNK) {
+            self.buf.reserve(need.min(READ_CHUNK));
+        }
+        Ok(None)
+    }
+}
+
+/// Reads one frame straight from `r` (no read-ahead: bytes after the frame
+/// stay unread). `Ok(None)` at a clean end of stream before a frame.
 pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Envelope>, WireError> {
     let mut first = [0u8; 1];
     if r.read(&mut first).await? == 0 {
         return Ok(None);
     }
-    read_rest(r, first[0]).await.map(Some)
-}
-
-/// [`read_frame`] where a frame, once its first byte arrived, must arrive
-/// whole within `limit` (`--peer-frame-timeout`): a peer trickling an
-/// endless frame is cut off with [`WireError::Timeout`]. Waiting for the
-/// first byte is not limited (an idle connection is fine).
-pub async fn read_frame_within<R: AsyncRead + Unpin>(
-    r: &mut R,
-    limit: Duration,
-) -> Result<Option<Envelope>, WireError> {
-    let mut first = [0u8; 1];
-    if r.read(&mut first).await? == 0 {
-        return Ok(None);
-    }
-    match tokio::time::timeout(limit, read_rest(r, first[0])).await {
-        Ok(result) => result.map(Some),
-        Err(_) => Err(WireError::Timeout),
-    }
-}
-
-/// The rest of a frame whose first length byte is `first`.
-async fn read_rest<R: AsyncRead + Unpin>(r: &mut R, first: u8) -> Result<Envelope, WireError> {
-    let mut len = [first, 0, 0, 0];
+    let mut len = [first[0], 0, 0, 0];
     r.read_exact(&mut len[1..]).await.map_err(|_| WireError::Protocol("stream ended inside a frame".into()))?;
-    let n = u32::from_be_bytes(len) as usize;
-    if n == 0 || n > MAX_BODY {
-        return Err(WireError::Protocol(format!("frame length {n} out of range 1..=16MiB")));
-    }
-    let mut buf = Vec::with_capacity(n.min(64 * 1024));
+    let n = frame_len(len)?;
+    let mut buf = Vec::with_capacity(n.min(READ_CHUNK));
     (&mut *r).take(n as u64).read_to_end(&mut buf).await?;
     if buf.len() < n {
         return Err(WireError::Protocol("stream ended inside a frame".into()));
     }
-    decode_body(&buf)
-}
-
-/// Parses a frame body.
-pub fn decode_body(buf: &[u8]) -> Result<Envelope, WireError> {
-    serde_json::from_slice(buf).map_err(|e| WireError::Protocol(format!("bad message: {e}")))
+    decode_body(&buf).map(Some)
 }
 
 /// Reads one handshake line (LF included, at most [`MAX_FRAME`] bytes).
@@ -305,7 +424,7 @@ where
     W: AsyncWrite + Unpin,
 {
     let snonce = auth::nonce(&mut rand_core::OsRng);
-    w.write_all(format!("TICKETING-PEER 1 {}\n", snonce.to_hex_string()).as_bytes()).await?;
+    w.write_all(format!("TICKETING-PEER {VERSION} {}\n", snonce.to_hex_string()).as_bytes()).await?;
     let first_line = async {
         // 0x16 opens a TLS handshake record: say so instead of waiting for an LF.
         if r.fill_buf().await?.first() == Some(&0x16) {
@@ -316,12 +435,23 @@ where
         read_raw_line(r).await
     };
     let line = match tokio::time::timeout(limit, first_line).await {
+        Ok(Err(WireError::Disconnected)) => {
+            return Err(WireError::Protocol(format!(
+                "the dialer closed the connection after our greeting \"TICKETING-PEER {VERSION}\" without AUTH \
+                 (a node speaking another peer protocol version does this: every node must run the same version)"
+            )))
+        }
         Ok(l) => l?,
         Err(_) => {
             let _ = w.write_all(b"E handshake_timeout\n").await;
             return Err(WireError::Timeout);
         }
     };
+    // A dialer that refuses our greeting says why (`E wrong_version …`).
+    if let Some(reason) = line.strip_prefix(b"E ") {
+        let reason = String::from_utf8_lossy(reason.trim_ascii_end()).into_owned();
+        return Err(WireError::Refused(format!("the dialer refused our greeting: {reason}")));
+    }
     // The AUTH line of the client port's handshake, byte for byte.
     let Ok(Some((ClientFrame::Auth { cnonce, cmac }, _))) = decode_client(&line) else {
         let _ = w.write_all(b"E bad_frame\n").await;
@@ -356,8 +486,20 @@ where
     W: AsyncWrite + Unpin,
 {
     let greeting = read_fields(r).await?;
+    let version = VERSION.to_string();
     let snonce = match greeting.as_slice() {
-        [magic, version, n] if magic == "TICKETING-PEER" && version == "1" => Hex32::parse(n.as_bytes()).ok(),
+        [magic, v, _] if magic == "TICKETING-PEER" && *v != version => {
+            // Another encoding of the frames: refuse before any frame, and say
+            // why to the acceptor (it logs the line).
+            let _ =
+                w.write_all(format!("E wrong_version: this node speaks peer protocol {VERSION}\n").as_bytes()).await;
+            let _ = w.flush().await;
+            return Err(WireError::Refused(format!(
+                "wrong_version: the peer speaks peer protocol {v}, this node {VERSION}; \
+                 every node of a cluster must run the same version"
+            )));
+        }
+        [magic, _, n] if magic == "TICKETING-PEER" => Hex32::parse(n.as_bytes()).ok(),
         _ => None,
     }
     .ok_or_else(|| WireError::Protocol(format!("bad peer greeting {greeting:?}")))?;
@@ -392,103 +534,4 @@ where
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use tokio::io::{duplex, split, BufReader};
-
-    #[test]
-    fn frame_round_trip_and_layout() {
-        let env = Envelope { v: VERSION, id: 7, to: NodeId(42), domain: Some(DomainId(5)), body: Body::StatusReq };
-        let bytes = encode(&env).unwrap();
-        let n = u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize;
-        assert_eq!(n, bytes.len() - 4);
-        let text = std::str::from_utf8(&bytes[4..]).unwrap();
-        assert_eq!(text, r#"{"v":1,"id":7,"to":42,"domain":"00000000000000000000000000000005","body":"StatusReq"}"#);
-        let back = decode_body(&bytes[4..]).unwrap();
-        assert_eq!((back.v, back.id, back.to, back.domain), (1, 7, NodeId(42), Some(DomainId(5))));
-    }
-
-    #[tokio::test]
-    async fn bad_frames_are_errors() {
-        let mut zero: &[u8] = &[0, 0, 0, 0];
-        assert!(matches!(read_frame(&mut zero).await, Err(WireError::Protocol(_))));
-        let mut huge: &[u8] = &[0x01, 0x00, 0x00, 0x01];
-        assert!(matches!(read_frame(&mut huge).await, Err(WireError::Protocol(_))));
-        let mut junk: &[u8] = &[0, 0, 0, 3, b'a', b'b', b'c'];
-        assert!(matches!(read_frame(&mut junk).await, Err(WireError::Protocol(_))));
-        let mut empty: &[u8] = &[];
-        assert!(matches!(read_frame(&mut empty).await, Ok(None)));
-        let mut cut: &[u8] = &[0, 0, 0, 9, b'{'];
-        assert!(matches!(read_frame(&mut cut).await, Err(WireError::Protocol(_))));
-    }
-
-    #[tokio::test]
-    async fn an_endless_frame_times_out() {
-        let (mut a, b) = duplex(64);
-        let mut b = b;
-        // A length prefix of 1000 bytes, then only 3 of them, then silence.
-        a.write_all(&[0, 0, 0x03, 0xe8, b'{', b'"', b'v']).await.unwrap();
-        let r = read_frame_within(&mut b, Duration::from_millis(100)).await;
-        assert!(matches!(r, Err(WireError::Timeout)), "{r:?}");
-        drop(a);
-        // An idle connection is not a frame: only the started frame is timed.
-        let (a2, mut b2) = duplex(64);
-        let idle =
-            tokio::time::timeout(Duration::from_millis(200), read_frame_within(&mut b2, Duration::from_millis(50)))
-                .await;
-        assert!(idle.is_err(), "waiting for the first byte is not limited");
-        drop(a2);
-    }
-
-    async fn pair(
-        server_token: &'static [u8],
-        client_token: &'static [u8],
-        server_domain: Option<DomainId>,
-        client_domain: Option<DomainId>,
-    ) -> (Result<(), WireError>, Result<(NodeId, Option<DomainId>), WireError>) {
-        let (a, b) = duplex(4096);
-        let (ar, mut aw) = split(a);
-        let (br, mut bw) = split(b);
-        let server = tokio::spawn(async move {
-            let mut ar = BufReader::new(ar);
-            let tokens = [Secret::new(server_token.to_vec())];
-            accept_handshake(&mut ar, &mut aw, &tokens, NodeId(99), server_domain, Duration::from_secs(2)).await
-        });
-        let mut br = BufReader::new(br);
-        let c = dial_handshake(&mut br, &mut bw, client_token, client_domain).await;
-        drop(bw);
-        drop(br);
-        (server.await.unwrap(), c)
-    }
-
-    #[tokio::test]
-    async fn handshake_paths() {
-        let (s, c) = pair(b"t", b"t", Some(DomainId(1)), None).await;
-        assert_eq!(s, Ok(()));
-        assert_eq!(c, Ok((NodeId(99), Some(DomainId(1)))));
-        let (s, c) = pair(b"", b"", None, Some(DomainId(3))).await;
-        assert_eq!((s, c), (Ok(()), Ok((NodeId(99), None))));
-        let (s, c) = pair(b"t", b"u", None, None).await;
-        assert_eq!(s, Err(WireError::Refused("auth_failed".into())));
-        assert_eq!(c, Err(WireError::Refused("auth_failed".into())));
-        let (_, c) = pair(b"t", b"t", Some(DomainId(1)), Some(DomainId(2))).await;
-        assert!(matches!(c, Err(WireError::Refused(e)) if e.starts_with("wrong_domain")));
-    }
-
-    #[tokio::test]
-    async fn during_a_rotation_both_tokens_are_accepted_and_the_proof_uses_the_match() {
-        for dialer in [&b"old"[..], b"new"] {
-            let (a, b) = duplex(4096);
-            let (ar, mut aw) = split(a);
-            let (br, mut bw) = split(b);
-            let server = tokio::spawn(async move {
-                let mut ar = BufReader::new(ar);
-                let tokens = [Secret::from("new"), Secret::from("old")];
-                accept_handshake(&mut ar, &mut aw, &tokens, NodeId(7), None, Duration::from_secs(2)).await
-            });
-            let mut br = BufReader::new(br);
-            assert_eq!(dial_handshake(&mut br, &mut bw, dialer, None).await, Ok((NodeId(7), None)));
-            assert_eq!(server.await.unwrap(), Ok(()));
-        }
-    }
-}
+mod tests;
