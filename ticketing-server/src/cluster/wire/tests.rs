@@ -4,6 +4,7 @@
 use super::*;
 use tokio::io::{duplex, split, BufReader};
 
+use crate::cluster::types::Batch;
 use crate::locks::{Command, NextHolder};
 use openraft::error::Fatal;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
@@ -42,13 +43,15 @@ fn entries() -> Vec<Entry<TypeConfig>> {
         Command::Expire { key: key(), owner: owner(), token: Token::new(10).unwrap(), next: None, micros: 2, dt: 7 },
         Command::Tick { dt: u64::MAX },
     ];
+    // One entry per command, then one batch of all of them (docs/cluster-protocol.md, "Log entries").
     let mut out: Vec<Entry<TypeConfig>> = commands
-        .into_iter()
+        .iter()
         .enumerate()
-        .map(|(i, c)| Entry { log_id: log_id(3, i as u64 + 1), payload: EntryPayload::Normal(c) })
+        .map(|(i, c)| Entry { log_id: log_id(3, i as u64 + 1), payload: EntryPayload::Normal(Batch(vec![c.clone()])) })
         .collect();
-    out.push(Entry { log_id: log_id(3, 5), payload: EntryPayload::Membership(membership()) });
-    out.push(Entry { log_id: log_id(3, 6), payload: EntryPayload::Blank });
+    out.push(Entry { log_id: log_id(3, 5), payload: EntryPayload::Normal(Batch(commands.to_vec())) });
+    out.push(Entry { log_id: log_id(3, 6), payload: EntryPayload::Membership(membership()) });
+    out.push(Entry { log_id: log_id(3, 7), payload: EntryPayload::Blank });
     out
 }
 
