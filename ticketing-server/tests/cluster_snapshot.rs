@@ -8,10 +8,15 @@ mod cluster_common;
 use cluster_common::*;
 use std::time::Instant;
 
-/// Enough entries that the leader snapshots (every 5 000) and purges the
-/// entries more than 20 000 behind its last snapshot.
+/// Held keys, granted WINDOW at a time (so they are committed in batches of
+/// many commands per log entry).
 const KEYS: u64 = 30_000;
 const WINDOW: u64 = 500;
+/// Then this many acquire/release pairs one at a time: one command per log
+/// entry, so the log grows by about 2 × SINGLES entries, more than the
+/// 5 000 commands after which a snapshot is built and the 2 000 entries kept
+/// behind it: the leader purges the entries a new node would need.
+const SINGLES: u64 = 3_000;
 
 #[test]
 fn a_node_joining_after_compaction_installs_the_whole_state_from_a_snapshot() {
@@ -39,6 +44,14 @@ fn a_node_joining_after_compaction_installs_the_whole_state_from_a_snapshot() {
         next += n;
     }
     assert_eq!(granted, KEYS, "every key granted");
+    for i in 0..SINGLES {
+        cl.send(&format!("A {} side owner-side 0 250", KEYS + 1 + i)).unwrap();
+        let a = cl.answer(secs(30)).unwrap();
+        let token = granted_token(&a).unwrap_or_else(|| panic!("side key not granted: {a}"));
+        cl.send(&format!("R {} side owner-side {token}", KEYS + 1 + i)).unwrap();
+        let r = cl.answer(secs(30)).unwrap();
+        assert!(r.starts_with("R "), "side key not released: {r}");
+    }
     let leader_status = status(c.nodes[leader].admin).expect("leader status");
     assert_eq!(leader_status["held_keys"].as_u64(), Some(KEYS));
     let last_token = leader_status["last_token"].as_u64().expect("last_token");

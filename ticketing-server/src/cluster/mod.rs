@@ -399,9 +399,11 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
         install_snapshot_timeout: 2000.max(cfg.election_timeout_max_ms),
         // Snapshots are triggered by `snapshot_cadence` (scaled to the state).
         snapshot_policy: openraft::SnapshotPolicy::Never,
-        // A follower a little behind is sent entries, not the whole state
-        // (openraft keeps 1 000 by default: 0.1 s of a fill).
-        max_in_snapshot_log_to_keep: store::SNAPSHOT_MIN_ENTRIES * 4,
+        // A follower a little behind is sent entries, not the whole state.
+        // Counted in entries, i.e. batches of up to 128 commands: 2 000
+        // keep ~2 000 commands at one client and at most 256 000 under load
+        // (openraft's default, 1 000, is 0.1 s of a W4 fill).
+        max_in_snapshot_log_to_keep: LOG_KEPT_AFTER_SNAPSHOT,
         ..Default::default()
     }
     .validate()
@@ -454,7 +456,10 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
     Ok(Started { replicator, failed })
 }
 
-/// Builds a snapshot (through openraft's trigger) whenever the entries
+/// Entries kept in the log after a snapshot (see the openraft config).
+const LOG_KEPT_AFTER_SNAPSHOT: u64 = 2000;
+
+/// Builds a snapshot (through openraft's trigger) whenever the commands
 /// applied since the last one exceed [`store::snapshot_threshold`] of the
 /// held keys, instead of openraft's fixed "every 5 000 entries", which at a
 /// million held keys would write the whole state several times a second
@@ -465,12 +470,8 @@ async fn snapshot_cadence(raft: Raft, sm: store::StateMachine) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let (applied, snapshot) = {
-            let m = raft.metrics();
-            let m = m.borrow();
-            (m.last_applied.map_or(0, |l| l.index), m.snapshot.map_or(0, |l| l.index))
-        };
-        if applied.saturating_sub(snapshot) >= store::snapshot_threshold(sm.held_count()) {
+        let (held, since) = sm.snapshot_due_counts();
+        if since >= store::snapshot_threshold(held) {
             // Ignored by openraft while a build is in progress.
             if raft.trigger().snapshot().await.is_err() {
                 return;

@@ -111,8 +111,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 }
 
 /// Snapshot cadence (docs/benchmarks.md, "Optimizations: memory"): a
-/// snapshot is built once the entries applied since the last one exceed
-/// `max(SNAPSHOT_MIN_ENTRIES, held keys / SNAPSHOT_HELD_DIVISOR)`. Building
+/// snapshot is built once the lock commands applied since the last one
+/// exceed `max(SNAPSHOT_MIN_ENTRIES, held keys / SNAPSHOT_HELD_DIVISOR)`.
+/// Commands, not log entries: an entry is a batch of up to 128 commands
+/// (docs/cluster-protocol.md, "Log entries"), and what the log costs in
+/// memory and in replay grows with the commands. Building
 /// costs O(held keys), so the interval grows with the state (amortized
 /// O(SNAPSHOT_HELD_DIVISOR) holders written per entry); the in-memory log
 /// between snapshots stays a fraction of the state.
@@ -120,7 +123,7 @@ pub const SNAPSHOT_MIN_ENTRIES: u64 = 5000;
 /// See [`SNAPSHOT_MIN_ENTRIES`].
 pub const SNAPSHOT_HELD_DIVISOR: u64 = 8;
 
-/// Entries applied since the last snapshot after which the next is built.
+/// Commands applied since the last snapshot after which the next is built.
 pub fn snapshot_threshold(held: usize) -> u64 {
     SNAPSHOT_MIN_ENTRIES.max(held as u64 / SNAPSHOT_HELD_DIVISOR)
 }
@@ -130,6 +133,9 @@ struct SmInner {
     last_applied: Option<LogId<NodeId>>,
     membership: StoredMembership<NodeId, NodeInfo>,
     locks: LockState,
+    /// Entries and lock commands applied since the last snapshot was built
+    /// or installed (a blank or membership entry counts as one).
+    since_snapshot: u64,
 }
 
 #[derive(Debug)]
@@ -157,6 +163,13 @@ impl StateMachine {
         lock(&self.inner).locks.held_count()
     }
 
+    /// Held keys, and the commands applied since the last snapshot (the
+    /// snapshot cadence compares them, [`snapshot_threshold`]).
+    pub fn snapshot_due_counts(&self) -> (usize, u64) {
+        let inner = lock(&self.inner);
+        (inner.locks.held_count(), inner.since_snapshot)
+    }
+
     /// Runs `f` on the applied lock state without copying it.
     pub fn with_locks<T>(&self, f: impl FnOnce(&LockState) -> T) -> T {
         f(&lock(&self.inner).locks)
@@ -168,7 +181,8 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         // Written straight from the applied state under its lock: no copy
         // of the state, one buffer of the exact size (docs/cluster-protocol.md, "Snapshots").
         let (data, last, membership) = {
-            let inner = lock(&self.inner);
+            let mut inner = lock(&self.inner);
+            inner.since_snapshot = 0;
             (inner.locks.to_snapshot(), inner.last_applied, inner.membership.clone())
         };
         let seq = self.snapshot_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
@@ -199,9 +213,16 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         for entry in entries {
             inner.last_applied = Some(entry.log_id);
             match entry.payload {
-                EntryPayload::Blank => out.push(Vec::new()),
-                EntryPayload::Normal(batch) => out.push(batch.apply(&mut inner.locks)),
+                EntryPayload::Blank => {
+                    inner.since_snapshot += 1;
+                    out.push(Vec::new());
+                }
+                EntryPayload::Normal(batch) => {
+                    inner.since_snapshot += batch.0.len().max(1) as u64;
+                    out.push(batch.apply(&mut inner.locks));
+                }
                 EntryPayload::Membership(m) => {
+                    inner.since_snapshot += 1;
                     inner.membership = StoredMembership::new(Some(entry.log_id), m);
                     out.push(Vec::new());
                 }
@@ -235,6 +256,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             inner.last_applied = meta.last_log_id;
             inner.membership = meta.last_membership.clone();
             inner.locks = locks;
+            inner.since_snapshot = 0;
         }
         *lock(&self.snapshot) = Some(StoredSnapshot { meta: meta.clone(), data });
         Ok(())
