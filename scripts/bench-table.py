@@ -59,13 +59,14 @@ def main():
     for m in machine:
         w(f"- {m}")
     w("")
+    # The 1-minute load before the run (the runs themselves keep both cores busy).
     load = [m for m in machine if m.startswith("load")]
     try:
-        busy = float(load[0].split(":")[1].split()[0]) > 2.0
+        busy = float(load[0].split("before the run:")[1].split()[0]) > 2.0
     except (IndexError, ValueError):
         busy = False
     if busy:
-        w("**This run was made while other builds loaded the machine** (load average above its")
+        w("**This run started while something else loaded the machine** (load average above its")
         w("2 cores): treat it as a smoke of the comparison, and re-run `scripts/bench-peers` on a")
         w("quiet machine before quoting any ratio.")
         w("")
