@@ -4,11 +4,10 @@
 
 mod cluster_common;
 mod common;
-use std::io::{BufRead, BufReader, Read, Write};
+use cluster_common::{peer_authed, peer_closed, peer_connect};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-use ticketing_proto::auth::{mac, nonce, Label};
-use ticketing_proto::Hex32;
 
 /// A cluster-mode node (no bootstrap: it waits to join, its peer port
 /// serves) with the given extra flags; (server, peer port, admin port).
@@ -28,54 +27,6 @@ fn node(extra: &[&str]) -> (common::Server, u16, u16) {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let s = common::Server::with(&[], &args);
     (s, ports[0], admin)
-}
-
-/// Connects (retrying while the peer port comes up) and reads the greeting.
-fn connect(port: u16) -> (TcpStream, BufReader<TcpStream>, Hex32) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let s = loop {
-        match TcpStream::connect(("127.0.0.1", port)) {
-            Ok(s) => break s,
-            Err(e) if Instant::now() < deadline => {
-                let _ = e;
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(e) => panic!("peer port: {e}"),
-        }
-    };
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut r = BufReader::new(s.try_clone().unwrap());
-    let mut greeting = String::new();
-    r.read_line(&mut greeting).unwrap();
-    let snonce = greeting.trim_end().strip_prefix("TICKETING-PEER 2 ").unwrap_or_else(|| panic!("{greeting:?}"));
-    (s, r, Hex32::parse(snonce.as_bytes()).unwrap())
-}
-
-/// Connects and completes the handshake with the (empty) peer token.
-fn authed(port: u16) -> (TcpStream, BufReader<TcpStream>) {
-    let (mut s, mut r, snonce) = connect(port);
-    let cnonce = nonce(&mut rand_core::OsRng);
-    let good = mac(b"", Label::PeerClient, &snonce, &cnonce);
-    s.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), good.to_hex_string()).as_bytes()).unwrap();
-    let mut line = String::new();
-    r.read_line(&mut line).unwrap();
-    assert!(line.starts_with("OK "), "{line:?}");
-    (s, r)
-}
-
-/// True once the server has closed the connection (EOF or reset) within the read timeout.
-fn closed(r: &mut BufReader<TcpStream>) -> bool {
-    let mut buf = [0u8; 256];
-    loop {
-        match r.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-                return false
-            }
-            Err(_) => return true,
-        }
-    }
 }
 
 fn metric(admin: u16, name: &str) -> Option<u64> {
@@ -98,8 +49,8 @@ fn metric_reaches(admin: u16, name: &str, want: u64) -> u64 {
 #[test]
 fn peer_connection_limit() {
     let (_s, port, admin) = node(&["--max-peer-connections", "2"]);
-    let a = connect(port);
-    let b = connect(port);
+    let a = peer_connect(port);
+    let b = peer_connect(port);
     // The third gets `E overloaded` and is closed.
     let c = TcpStream::connect(("127.0.0.1", port)).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -107,7 +58,7 @@ fn peer_connection_limit() {
     let mut line = String::new();
     r.read_line(&mut line).unwrap();
     assert_eq!(line, "E overloaded\n");
-    assert!(closed(&mut r));
+    assert!(peer_closed(&mut r));
     assert_eq!(metric_reaches(admin, "ticketing_peer_connections_refused_total", 1), 1);
     assert_eq!(metric(admin, "ticketing_peer_connections"), Some(2));
     // A slot frees when a connection closes.
@@ -116,18 +67,18 @@ fn peer_connection_limit() {
     while metric(admin, "ticketing_peer_connections") != Some(1) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let _d = authed(port);
+    let _d = peer_authed(port);
     drop(b);
 }
 
 #[test]
 fn peer_handshake_timeout() {
     let (_s, port, admin) = node(&["--peer-handshake-timeout", "0.5"]);
-    let (_w, mut r, _) = connect(port);
+    let (_w, mut r, _) = peer_connect(port);
     let mut line = String::new();
     r.read_line(&mut line).unwrap();
     assert_eq!(line, "E handshake_timeout\n");
-    assert!(closed(&mut r));
+    assert!(peer_closed(&mut r));
     assert_eq!(metric_reaches(admin, "ticketing_peer_handshake_timeouts_total", 1), 1);
 }
 
@@ -135,19 +86,19 @@ fn peer_handshake_timeout() {
 fn oversized_and_endless_frames_close_the_peer() {
     let (_s, port, admin) = node(&["--peer-frame-timeout", "1"]);
     // A length prefix over 16 MiB: closed at once, nothing allocated.
-    let (mut s, mut r) = authed(port);
+    let (mut s, mut r) = peer_authed(port);
     s.write_all(&(16 * 1024 * 1024 + 1u32).to_be_bytes()).unwrap();
-    assert!(closed(&mut r), "an oversized frame must close the connection");
+    assert!(peer_closed(&mut r), "an oversized frame must close the connection");
     // A frame that never ends (1000 bytes announced, 3 sent): closed by --peer-frame-timeout.
-    let (mut s, mut r) = authed(port);
+    let (mut s, mut r) = peer_authed(port);
     s.write_all(&1000u32.to_be_bytes()).unwrap();
     s.write_all(b"{\"v").unwrap();
     let start = Instant::now();
-    assert!(closed(&mut r), "an endless frame must close the connection");
+    assert!(peer_closed(&mut r), "an endless frame must close the connection");
     assert!(start.elapsed() >= Duration::from_millis(500), "closed before the frame timeout: {:?}", start.elapsed());
     // An idle authenticated peer (no frame started) stays open.
-    let (_s2, mut r2) = authed(port);
+    let (_s2, mut r2) = peer_authed(port);
     r2.get_ref().set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
-    assert!(!closed(&mut r2), "an idle peer connection must stay open");
+    assert!(!peer_closed(&mut r2), "an idle peer connection must stay open");
     assert_eq!(metric_reaches(admin, "ticketing_peer_bad_frames_total", 2), 2);
 }

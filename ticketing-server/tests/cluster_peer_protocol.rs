@@ -13,16 +13,6 @@ use ticketing_proto::Hex32;
 use ticketing_server::cluster::types::{DomainId, NodeId};
 use ticketing_server::cluster::wire::{decode_body, encode, Body, Envelope, Refusal, VERSION};
 
-fn connect(port: u16) -> (TcpStream, BufReader<TcpStream>, Hex32) {
-    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut r = BufReader::new(s.try_clone().unwrap());
-    let mut greeting = String::new();
-    r.read_line(&mut greeting).unwrap();
-    let snonce = greeting.trim_end().strip_prefix("TICKETING-PEER 2 ").expect(&greeting);
-    (s, r, Hex32::parse(snonce.as_bytes()).unwrap())
-}
-
 fn frame(s: &mut TcpStream, id: u64, to: u64, domain: Option<DomainId>) {
     let env = Envelope { v: VERSION, id, to: NodeId(to), domain, body: Body::StatusReq };
     s.write_all(&encode(&env).unwrap()).unwrap();
@@ -36,23 +26,6 @@ fn read_frame(r: &mut BufReader<TcpStream>) -> Envelope {
     decode_body(&buf).unwrap()
 }
 
-/// True once the server has closed the connection.
-fn closed(r: &mut BufReader<TcpStream>) -> bool {
-    let mut rest = Vec::new();
-    r.read_to_end(&mut rest).unwrap_or(0) == 0
-}
-
-fn authed(port: u16) -> (TcpStream, BufReader<TcpStream>) {
-    let (mut s, mut r, snonce) = connect(port);
-    let cnonce = nonce(&mut rand_core::OsRng);
-    let good = mac(b"", Label::PeerClient, &snonce, &cnonce);
-    s.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), good.to_hex_string()).as_bytes()).unwrap();
-    let mut line = String::new();
-    r.read_line(&mut line).unwrap();
-    assert!(line.starts_with("OK "), "{line:?}");
-    (s, r)
-}
-
 #[test]
 fn peer_handshake_target_check_and_bad_frames() {
     let mut c = Cluster::new("peerproto", 3);
@@ -61,7 +34,7 @@ fn peer_handshake_target_check_and_bad_frames() {
     let port = c.nodes[1].peer;
 
     // Wrong peer token.
-    let (mut s, mut r, snonce) = connect(port);
+    let (mut s, mut r, snonce) = peer_connect(port);
     let cnonce = nonce(&mut rand_core::OsRng);
     let bad = mac(b"wrong", Label::PeerClient, &snonce, &cnonce);
     s.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), bad.to_hex_string()).as_bytes()).unwrap();
@@ -70,7 +43,7 @@ fn peer_handshake_target_check_and_bad_frames() {
     assert_eq!(line, "E auth_failed\n");
 
     // The right (empty) token; the client label is not accepted as the server's.
-    let (mut s, mut r, snonce) = connect(port);
+    let (mut s, mut r, snonce) = peer_connect(port);
     let cnonce = nonce(&mut rand_core::OsRng);
     let good = mac(b"", Label::PeerClient, &snonce, &cnonce);
     s.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), good.to_hex_string()).as_bytes()).unwrap();
@@ -104,14 +77,14 @@ fn peer_handshake_target_check_and_bad_frames() {
 
     // A zero-length frame ends the connection.
     s.write_all(&[0, 0, 0, 0]).unwrap();
-    assert!(closed(&mut r));
+    assert!(peer_closed(&mut r));
 
     // A JSON frame of peer protocol 1 is not an envelope: the connection ends, no answer.
-    let (mut s, mut r) = authed(port);
+    let (mut s, mut r) = peer_authed(port);
     let json = format!(r#"{{"v":1,"id":6,"to":{id},"domain":null,"body":"StatusReq"}}"#);
     s.write_all(&(json.len() as u32).to_be_bytes()).unwrap();
     s.write_all(json.as_bytes()).unwrap();
-    assert!(closed(&mut r));
+    assert!(peer_closed(&mut r));
 
     // The cluster still works.
     let leader = c.wait_leader(Duration::from_secs(5)).unwrap();

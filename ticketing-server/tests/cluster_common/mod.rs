@@ -316,3 +316,53 @@ pub async fn within<T>(limit: Duration, what: &str, fut: impl std::future::Futur
         Err(_) => panic!("{what}: no result within {limit:?}"),
     }
 }
+
+// ----- raw peer-port clients (the peer protocol's handshake, docs/cluster-protocol.md §1) -----
+
+/// Connects (retrying while the peer port comes up) and reads the greeting.
+pub fn peer_connect(port: u16) -> (TcpStream, BufReader<TcpStream>, ticketing_proto::Hex32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let s = loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() < deadline => {
+                let _ = e;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("peer port: {e}"),
+        }
+    };
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut greeting = String::new();
+    r.read_line(&mut greeting).unwrap();
+    let snonce = greeting.trim_end().strip_prefix("TICKETING-PEER 2 ").unwrap_or_else(|| panic!("{greeting:?}"));
+    (s, r, ticketing_proto::Hex32::parse(snonce.as_bytes()).unwrap())
+}
+
+/// Connects and completes the handshake with the (empty) peer token.
+pub fn peer_authed(port: u16) -> (TcpStream, BufReader<TcpStream>) {
+    let (mut s, mut r, snonce) = peer_connect(port);
+    let cnonce = ticketing_proto::auth::nonce(&mut rand_core::OsRng);
+    let good = ticketing_proto::auth::mac(b"", ticketing_proto::auth::Label::PeerClient, &snonce, &cnonce);
+    s.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), good.to_hex_string()).as_bytes()).unwrap();
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    assert!(line.starts_with("OK "), "{line:?}");
+    (s, r)
+}
+
+/// True once the server has closed the connection (EOF or reset) within the read timeout.
+pub fn peer_closed(r: &mut BufReader<TcpStream>) -> bool {
+    let mut buf = [0u8; 256];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                return false
+            }
+            Err(_) => return true,
+        }
+    }
+}
