@@ -39,7 +39,7 @@ def write(target, seeds):
             f.write(s)
     print(f'{target}: {len(seeds)} seeds')
 
-frames = literals('ticketing-proto/src/frame/tests.rs', 'ticketing-proto/src/session.rs',
+frames = literals('ticketing-proto/src/frame/tests.rs', 'ticketing-proto/src/session/tests.rs',
                   'ticketing-server/tests/handshake.rs', 'ticketing-server/tests/malformed.rs')
 client_lines = [b for b in frames if b[:1] in (b'A', b'R', b'P', b'Q', b' ', b'a', b'\n', b'\0')]
 server_lines = [b for b in frames if b[:1] in (b'A', b'T', b'B', b'R', b'N', b'P', b'M', b'L', b'E', b'O', b'H')]
