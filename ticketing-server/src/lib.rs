@@ -16,3 +16,19 @@ pub mod reload;
 pub mod replication;
 pub mod server;
 pub mod tls;
+
+/// Fixtures shared by the unit tests.
+#[cfg(test)]
+pub(crate) mod test_fields {
+    use ticketing_proto::{Key, Owner};
+
+    /// A key from a literal known to be valid.
+    pub fn k(s: &str) -> Key {
+        Key::new(s.to_owned()).unwrap()
+    }
+
+    /// An owner from a literal known to be valid.
+    pub fn o(s: &str) -> Owner {
+        Owner::new(s.to_owned()).unwrap()
+    }
+}

@@ -180,6 +180,13 @@ impl LockState {
         self.dt
     }
 
+    /// Applies `cmds` in order, one outcome each: exactly applying them one by
+    /// one (a Raft entry's batch, or a standalone proposal, is only a unit of
+    /// commitment; docs/cluster-protocol.md, "Log entries").
+    pub fn apply_all(&mut self, cmds: &[Command]) -> Vec<Applied> {
+        cmds.iter().map(|cmd| self.apply(cmd)).collect()
+    }
+
     /// The current holder of `key`.
     pub fn holder(&self, key: &Key) -> Option<Holder> {
         self.held.get(key.as_bytes())?.to_holder()
@@ -249,12 +256,7 @@ mod tests {
     use proptest::prelude::*;
     use ticketing_proto::limits::{MAX_LEASE, MIN_LEASE};
 
-    fn k(s: &str) -> Key {
-        Key::new(s.to_owned()).unwrap()
-    }
-    fn o(s: &str) -> Owner {
-        Owner::new(s.to_owned()).unwrap()
-    }
+    use crate::test_fields::{k, o};
     fn grant(key: &str, owner: &str, micros: u64) -> Command {
         Command::Grant { key: k(key), owner: o(owner), lease_s: 5, micros, dt: 0 }
     }

@@ -36,16 +36,6 @@ pub enum Proposal {
     Pending(Pin<Box<dyn Future<Output = BatchOutcome> + Send>>),
 }
 
-impl Proposal {
-    /// The outcome, awaiting it if it is pending.
-    pub async fn outcome(self) -> BatchOutcome {
-        match self {
-            Proposal::Ready(outcome) => outcome,
-            Proposal::Pending(fut) => fut.await,
-        }
-    }
-}
-
 /// What this node knows about leadership, published on a `watch` channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Leadership {
@@ -147,7 +137,7 @@ impl Standalone {
 impl Replicator for Standalone {
     fn propose(&self, cmds: Vec<Command>) -> Proposal {
         Proposal::Ready(match self.state.lock() {
-            Ok(mut state) => Ok(cmds.iter().map(|cmd| state.apply(cmd)).collect()),
+            Ok(mut state) => Ok(state.apply_all(&cmds)),
             Err(_) => Err(ProposeError::Unknown),
         })
     }

@@ -281,12 +281,10 @@ impl Replicator for ClusterReplicator {
         drop(gate);
         let raft = self.raft.clone();
         let limit = self.propose_timeout;
-        let n = cmds.len();
+        // The manager checks that the outcomes match the commands (`on_done`).
         Proposal::Pending(Box::pin(async move {
             match tokio::time::timeout(limit, raft.client_write(types::Batch(cmds))).await {
-                Ok(Ok(resp)) if resp.data.len() == n => Ok(resp.data),
-                // Committed, but the outcomes do not match the commands: nothing can be answered.
-                Ok(Ok(_)) => Err(ProposeError::Unknown),
+                Ok(Ok(resp)) => Ok(resp.data),
                 Ok(Err(e)) => Err(map_write_error(e)),
                 Err(_) => Err(ProposeError::Unknown),
             }

@@ -158,11 +158,6 @@ impl StateMachine {
         lock(&self.inner).locks.clone()
     }
 
-    /// Number of held keys in the applied state.
-    pub fn held_count(&self) -> usize {
-        lock(&self.inner).locks.held_count()
-    }
-
     /// Held keys, and the commands applied since the last snapshot (the
     /// snapshot cadence compares them, [`snapshot_threshold`]).
     pub fn snapshot_due_counts(&self) -> (usize, u64) {
@@ -307,7 +302,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_batch_entry_applies_its_commands_in_order() {
-        let (k, o) = (|s: &str| Key::new(s.to_owned()).unwrap(), |s: &str| Owner::new(s.to_owned()).unwrap());
+        use crate::test_fields::{k, o};
         let grant = |key: &str, owner: &str, micros| Command::Grant {
             key: k(key),
             owner: o(owner),
@@ -354,7 +349,7 @@ mod tests {
     #[test]
     fn a_batch_is_a_json_array_of_commands() {
         // The example of docs/cluster-protocol.md, "Log entries".
-        let (k, o) = (|s: &str| Key::new(s.to_owned()).unwrap(), |s: &str| Owner::new(s.to_owned()).unwrap());
+        use crate::test_fields::{k, o};
         let b = Batch(vec![
             Command::Grant { key: k("k1"), owner: o("o1"), lease_s: 5, micros: 1764547200000000, dt: 81234 },
             Command::Release {

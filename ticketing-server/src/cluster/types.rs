@@ -58,7 +58,7 @@ impl Batch {
     /// Applies every command in order; one outcome per command. The same as
     /// applying them one by one (the entry is only a unit of commitment).
     pub fn apply(&self, state: &mut LockState) -> Vec<Applied> {
-        self.0.iter().map(|cmd| state.apply(cmd)).collect()
+        state.apply_all(&self.0)
     }
 }
 

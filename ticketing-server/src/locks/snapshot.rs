@@ -172,12 +172,7 @@ mod tests {
     use super::*;
     use crate::locks::{Command, NextHolder};
 
-    fn k(s: &str) -> Key {
-        Key::new(s.to_owned()).unwrap()
-    }
-    fn o(s: &str) -> Owner {
-        Owner::new(s.to_owned()).unwrap()
-    }
+    use crate::test_fields::{k, o};
 
     fn sample() -> LockState {
         let mut s = LockState::new();

@@ -408,12 +408,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn k(s: &str) -> Key {
-        Key::new(s.to_owned()).unwrap()
-    }
-    fn o(s: &str) -> Owner {
-        Owner::new(s.to_owned()).unwrap()
-    }
+    use crate::test_fields::{k, o};
     fn waiter(conn: u64, id: u64, key: &str, at: Instant) -> Waiter {
         Waiter {
             conn: ConnId(conn),

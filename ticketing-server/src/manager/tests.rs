@@ -5,12 +5,7 @@ use crate::replication::Standalone;
 use std::time::Duration;
 use ticketing_proto::ServerFrame;
 
-fn k(s: &str) -> Key {
-    Key::new(s.to_owned()).unwrap()
-}
-fn o(s: &str) -> Owner {
-    Owner::new(s.to_owned()).unwrap()
-}
+use crate::test_fields::{k, o};
 
 async fn setup(limits: Limits) -> (ManagerHandle, mpsc::Receiver<Delivery>) {
     let rep = Arc::new(Standalone::new(Addr::new("127.0.0.1:1").unwrap()));
@@ -228,7 +223,10 @@ impl crate::replication::Replicator for Gated {
         let state = self.state.clone();
         crate::replication::Proposal::Pending(Box::pin(async move {
             match rx.await {
-                Ok(true) => state.propose(cmds).outcome().await,
+                Ok(true) => match state.propose(cmds) {
+                    crate::replication::Proposal::Ready(outcome) => outcome,
+                    crate::replication::Proposal::Pending(fut) => fut.await,
+                },
                 _ => Err(crate::replication::ProposeError::Unknown),
             }
         }))
