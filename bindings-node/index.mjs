@@ -1,6 +1,7 @@
 // ES module entry: the same objects as the CommonJS entry (index.js), so
 // `import { TicketBroker } from "ticketing"` and `require("ticketing")`
-// share one module instance and one set of error classes.
+// share one module instance and one set of error classes. Named exports
+// only, as index.d.ts declares (no default export).
 import cjs from './index.js'
 
 export const {
@@ -18,4 +19,3 @@ export const {
   TicketExpiredError,
   version,
 } = cjs
-export default cjs

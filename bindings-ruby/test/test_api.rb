@@ -41,6 +41,15 @@ class TestApi < Minitest::Test
     assert_equal tokens.sort.uniq, tokens
   end
 
+  def test_budget_defaults_to_zero_as_in_python_and_node
+    key = TestHelper.unique_key
+    t = broker.acquire(key, 5, 10)
+    refute_nil t
+    assert_equal true, t.release
+    assert_equal :done, broker.with_lock(key, wait: 5, lease: 10) { |_| :done }
+    assert_nil server.lock_info(key)["holder"]
+  end
+
   def test_with_lock_returns_the_block_value_and_releases
     key = TestHelper.unique_key
     seen = nil

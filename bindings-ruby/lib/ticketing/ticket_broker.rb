@@ -6,7 +6,7 @@ module Ticketing
   # many threads at once (Puma), and after +fork+ (Puma/Unicorn preload) a
   # child that uses it starts afresh with its own connections.
   #
-  # Durations are seconds (Integer, Float or any Numeric); fractions round
+  # Durations are seconds (Integer, Float or Rational); fractions round
   # UP to whole seconds; +wait+ 0..255 (0 = one immediate attempt), +lease+
   # 1..250, +budget+ 0..lease. Out-of-range values raise +ArgumentError+
   # before anything is sent; nothing is clamped.
@@ -81,7 +81,7 @@ module Ticketing
     # Waits until a request can be routed (a ready leader connection).
     # Blocks with the GVL released (interruptible).
     #
-    # @param seconds [Numeric] the most to wait
+    # @param seconds [Integer, Float, Rational] the most to wait
     # @return [Boolean] true when ready, false on timeout or when closed
     # @raise [ArgumentError] a negative or non-finite +seconds+
     def wait_ready(seconds)
@@ -95,10 +95,10 @@ module Ticketing
     # arrives), and the exception propagates once the cancel was taken.
     #
     # @param key [String] 1..250 visible ASCII bytes, no space
-    # @param wait [Numeric] 0..255 s in the queue (0 = one immediate attempt);
+    # @param wait [Integer, Float, Rational] 0..255 s in the queue (0 = one immediate attempt);
     #   also the budget for finding a connection
-    # @param lease [Numeric] 1..250 s, the lock's lifetime
-    # @param budget [Numeric] 0..lease s: the least work time the ticket
+    # @param lease [Integer, Float, Rational] 1..250 s, the lock's lifetime
+    # @param budget [Integer, Float, Rational] 0..lease s (default 0): the least work time the ticket
     #   must leave, or {InsufficientTimeError}
     # @return [Ticket, nil] a Ticket, or nil when not granted within +wait+
     # @raise [ArgumentError] a bad key or duration (nothing was sent)
@@ -108,7 +108,7 @@ module Ticketing
     # @raise [UnavailableError] no connection within +wait+ (nothing sent)
     # @raise [AuthFailedError] the token was refused
     # @raise [ClosedError] the broker is closed
-    def acquire(key, wait, lease, budget)
+    def acquire(key, wait, lease, budget = 0)
       _acquire(key, wait, lease, budget)
     end
 
@@ -122,14 +122,14 @@ module Ticketing
     # check {Ticket#expired?} and rely on the fencing token.
     #
     # @param key [String]
-    # @param wait [Numeric] see {#acquire}
-    # @param lease [Numeric] see {#acquire}
-    # @param budget [Numeric] see {#acquire}
+    # @param wait [Integer, Float, Rational] see {#acquire}
+    # @param lease [Integer, Float, Rational] see {#acquire}
+    # @param budget [Integer, Float, Rational] see {#acquire}
     # @yieldparam ticket [Ticket]
     # @return [Object] the block's value
     # @raise [LockTimeoutError] not granted within +wait+
     # @raise [ArgumentError] no block, or see {#acquire}
-    def with_lock(key, wait:, lease:, budget:)
+    def with_lock(key, wait:, lease:, budget: 0)
       raise ArgumentError, "with_lock needs a block" unless block_given?
 
       ticket = acquire(key, wait, lease, budget)
