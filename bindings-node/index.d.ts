@@ -144,42 +144,52 @@ export declare class Ticket implements AsyncDisposable {
 
 /** Base class of every error the client raises, with a stable `code`. */
 export declare class TicketingError extends Error {
+  /** The stable machine-readable code of this error; one subclass per code. */
   readonly code: TicketingErrorCode
 }
 /** The server refused the acquire for capacity. Final, never retried internally. */
 export declare class BusyError extends TicketingError {
+  /** Always `'BUSY'`. */
   readonly code: 'BUSY'
 }
 /** Possibly sent, no definite answer: do NOT enter the critical section. */
 export declare class IndeterminateError extends TicketingError {
+  /** Always `'INDETERMINATE'`. */
   readonly code: 'INDETERMINATE'
 }
 /** Granted with less than `budget` left; the client released the grant. */
 export declare class InsufficientTimeError extends TicketingError {
+  /** Always `'INSUFFICIENT_TIME'`. */
   readonly code: 'INSUFFICIENT_TIME'
 }
 /** No ready connection within `wait`; nothing was sent. */
 export declare class UnavailableError extends TicketingError {
+  /** Always `'UNAVAILABLE'`. */
   readonly code: 'UNAVAILABLE'
 }
 /** No final answer to a release within 5 s (or the release lane was full). */
 export declare class ReleaseUnconfirmedError extends TicketingError {
+  /** Always `'RELEASE_UNCONFIRMED'`. */
   readonly code: 'RELEASE_UNCONFIRMED'
 }
 /** The broker is closed. */
 export declare class ClosedError extends TicketingError {
+  /** Always `'CLOSED'`. */
   readonly code: 'CLOSED'
 }
 /** The server refused the token, or could not prove it knows it. */
 export declare class AuthFailedError extends TicketingError {
+  /** Always `'AUTH_FAILED'`. */
   readonly code: 'AUTH_FAILED'
 }
 /** `withLock` only: not granted within `wait` (the server answered `T`). */
 export declare class LockTimeoutError extends TicketingError {
+  /** Always `'LOCK_TIMEOUT'`. */
   readonly code: 'LOCK_TIMEOUT'
 }
 /** The `reason` of `ticket.signal`. Not a TicketingError. */
 export declare class TicketExpiredError extends Error {
+  /** Always `'TICKET_EXPIRED'`. */
   readonly code: 'TICKET_EXPIRED'
 }
 

@@ -19,7 +19,7 @@ use tracing::{debug, warn};
 
 /// Commands from the handles waiting for the driver. A full queue makes
 /// the async calls wait (back-pressure); a `Drop` that finds it full hands
-/// its command to a task that waits (docs/deployment.md, "Queues").
+/// its command to a task that waits (docs/configuration.md, "Queues").
 pub(crate) const COMMAND_QUEUE: usize = 1024;
 /// Socket reads (or connection events) waiting for the driver: a full
 /// queue stops the reading tasks, so TCP pushes back on the server.

@@ -1,7 +1,7 @@
 //! The protocol's numbers, in one place: field ranges, the frame limit, the
 //! handshake limit and the defaults both sides share. The server's flags
 //! default to these; the client core uses them as they are (field ranges:
-//! docs/protocol.md §2; limits: docs/deployment.md, "Limits").
+//! docs/protocol.md §2; limits: docs/configuration.md, "Limits").
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! Configuration (docs/deployment.md, "Configuration" and "Limits"): every
+//! Configuration (docs/configuration.md, "Sources and precedence" and "Limits"): every
 //! flag, its `TICKETING_<FLAG>` environment variable and its key in the
 //! `--config` TOML file.
 //!
@@ -229,7 +229,7 @@ impl Cli {
     }
 }
 
-/// The limits of docs/deployment.md, "Limits".
+/// The limits of docs/configuration.md, "Limits".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
     /// Waiters per key; over it → `B`.
@@ -302,7 +302,7 @@ pub struct Config {
     pub peer_tls_ca: Option<PathBuf>,
     /// Admin HTTP address.
     pub admin_listen: Option<String>,
-    /// The limits of docs/deployment.md, "Limits".
+    /// The limits of docs/configuration.md, "Limits".
     pub limits: Limits,
     /// Time to complete the handshake.
     pub handshake_timeout: Duration,

@@ -7,7 +7,7 @@
 //! are encoded whole into one outbound buffer that the same task writes, so
 //! frames never interleave. The outbound buffer is bounded by
 //! `--max-write-buffer-bytes`: a client that leaves more answers than that
-//! unread is closed at once (docs/deployment.md, "Limits"), so it never holds memory or
+//! unread is closed at once (docs/configuration.md, "Limits"), so it never holds memory or
 //! stalls anyone else. The manager's answers arrive on a bounded queue with
 //! one slot per allowed in-flight request.
 

@@ -1,4 +1,4 @@
-//! docs/deployment.md, "Limits" on the client port: many idle half-open
+//! docs/configuration.md, "Limits" on the client port: many idle half-open
 //! connections (slowloris) and a client that never reads its answers do not
 //! delay a normal client; the half-open ones are closed by the handshake
 //! timeout, the never-reader once its write buffer is full; both are counted

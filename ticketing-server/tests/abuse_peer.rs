@@ -1,4 +1,4 @@
-//! docs/deployment.md, "Limits" on the peer port: the connection limit
+//! docs/configuration.md, "Limits" on the peer port: the connection limit
 //! (`E overloaded`), the peer handshake timeout, and a peer that sends an
 //! oversized or an endless frame is closed; each is counted in /metrics.
 

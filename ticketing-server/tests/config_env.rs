@@ -1,4 +1,4 @@
-//! docs/deployment.md, "Configuration": flag > environment > config file > default; the peer-count rule.
+//! docs/configuration.md, "Sources and precedence": flag > environment > config file > default; the peer-count rule.
 
 mod common;
 use common::*;

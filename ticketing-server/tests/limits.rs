@@ -1,4 +1,4 @@
-//! docs/deployment.md, "Limits": waiter caps and the held-keys cap answer `B`; the connection
+//! docs/configuration.md, "Limits": waiter caps and the held-keys cap answer `B`; the connection
 //! limit answers `E overloaded`.
 
 mod common;

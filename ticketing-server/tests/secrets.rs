@@ -1,4 +1,4 @@
-//! docs/security.md, "Secrets": with trace logging on, no client or peer
+//! docs/configuration.md, "Secrets": with trace logging on, no client or peer
 //! token appears in any log line, in /status, in /metrics, or in an error
 //! message — after good and bad handshakes on the client and the peer port.
 

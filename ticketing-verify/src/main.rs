@@ -14,7 +14,7 @@ use ticketing_verify::workload::{self, ClientArgs};
 enum Profile {
     /// ≤ 5 min: fixed seeds, every fault at least once, 3 and 5 nodes.
     Ci,
-    /// Long manual runs: random faults until --duration; writes its table to docs/verification.md.
+    /// Long manual runs: random faults until --duration; writes its table to docs/soak-runs.md.
     Soak,
 }
 
@@ -47,7 +47,7 @@ struct Cli {
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Soak: the file its table goes into.
-    #[arg(long, default_value = "docs/verification.md")]
+    #[arg(long, default_value = "docs/soak-runs.md")]
     report: PathBuf,
     /// The failover bound after a heal, in seconds.
     #[arg(long, default_value_t = 15)]

@@ -11,12 +11,14 @@ module Ticketing
       self.class::CODE
     end
 
+    # The value of {#code} for this class.
     CODE = nil
   end
 
   # +B+: the server refused the acquire for capacity. Final: the library
   # never retries; the caller may start a new acquire after its own backoff.
   class BusyError < Error
+    # The value of {#code} for this class.
     CODE = :busy
     def initialize(msg = "busy: the server refused the acquire for capacity")
       super
@@ -27,6 +29,7 @@ module Ticketing
   # have been granted. Do NOT enter the critical section; a grant, if any,
   # returns at lease end (the client asks the leader and releases it sooner).
   class IndeterminateError < Error
+    # The value of {#code} for this class.
     CODE = :indeterminate
     def initialize(msg = "indeterminate: the acquire may have been granted; do not enter the critical section")
       super
@@ -36,6 +39,7 @@ module Ticketing
   # Granted, but less than the work budget was left of the conservative
   # lease; the library released the grant.
   class InsufficientTimeError < Error
+    # The value of {#code} for this class.
     CODE = :insufficient_time
     def initialize(msg = "insufficient time: the grant left less than the work budget; it is being released")
       super
@@ -45,6 +49,7 @@ module Ticketing
   # No ready connection within the +wait+ budget: nothing was sent,
   # definitely not acquired.
   class UnavailableError < Error
+    # The value of {#code} for this class.
     CODE = :unavailable
     def initialize(msg = "unavailable: no ready connection within the budget; nothing was sent")
       super
@@ -54,6 +59,7 @@ module Ticketing
   # No final answer to a release within 5 s (or the release lane was full).
   # Never an assumed success: the lease end is the last safety net.
   class ReleaseUnconfirmedError < Error
+    # The value of {#code} for this class.
     CODE = :release_unconfirmed
     def initialize(msg = "release unconfirmed: no final answer within 5 s")
       super
@@ -63,6 +69,7 @@ module Ticketing
   # The broker is closed (or a ticket is used in a forked child: tickets stay
   # with the process that acquired them).
   class ClosedError < Error
+    # The value of {#code} for this class.
     CODE = :closed
     def initialize(msg = "closed: the broker is closed")
       super
@@ -72,6 +79,7 @@ module Ticketing
   # The server refused the token, or could not prove it knows it (a possible
   # fake server). Nothing was sent.
   class AuthFailedError < Error
+    # The value of {#code} for this class.
     CODE = :auth_failed
     def initialize(msg = "auth failed: the server refused the token or could not prove it knows it")
       super
@@ -81,6 +89,7 @@ module Ticketing
   # Only from {TicketBroker#with_lock}: the lock was not granted within
   # +wait+ (the server answered +T+).
   class LockTimeoutError < Error
+    # The value of {#code} for this class.
     CODE = :lock_timeout
     def initialize(msg = "lock timeout: not granted within the wait")
       super

@@ -145,7 +145,7 @@ pub struct Closed {
     pub possibly_sent: Vec<(OpId, Request)>,
 }
 
-/// What a session reports; drain with [`Session::poll_event`].
+/// What a session reports; drain with [`Session::poll_event`](crate::session::Session::poll_event).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionEvent {
     /// The handshake succeeded (the server's proof was verified).
@@ -176,7 +176,7 @@ pub enum SessionEvent {
     Closed(Closed),
 }
 
-/// Why [`Session::send`] refused a request (nothing was registered).
+/// Why [`Session::send`](crate::session::Session::send) refused a request (nothing was registered).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendError {
     /// The handshake has not finished.
@@ -199,7 +199,7 @@ impl fmt::Display for SendError {
 
 impl std::error::Error for SendError {}
 
-/// What [`Session::cancel`] did.
+/// What [`Session::cancel`](crate::session::Session::cancel) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelOutcome {
     /// The bytes were never handed out: the request is gone, nothing was sent.

@@ -31,7 +31,7 @@ use tracing::{debug, warn};
 /// Time to connect and complete the handshake with a peer.
 const DIAL_TIMEOUT: Duration = Duration::from_millis(1000);
 /// Requests of one accepted peer connection being served at once; the next
-/// frame is read only when one finishes (docs/deployment.md, "Queues").
+/// frame is read only when one finishes (docs/configuration.md, "Queues").
 pub const MAX_PEER_IN_FLIGHT: usize = 256;
 /// Encoded frames waiting to be written on one outgoing peer connection.
 pub const PEER_WRITE_QUEUE: usize = 256;
@@ -42,7 +42,7 @@ pub const PEER_ANSWER_BYTES: usize = 1024 * 1024;
 /// At most this many bytes of queued frames go into one socket write.
 const WRITE_BATCH: usize = 256 * 1024;
 
-/// The peer port's abuse limits (docs/deployment.md, "Limits") and their metrics.
+/// The peer port's abuse limits (docs/configuration.md, "Limits") and their metrics.
 #[derive(Debug, Clone)]
 pub struct PeerLimits {
     /// `--max-peer-connections`: accepted peer connections at once.

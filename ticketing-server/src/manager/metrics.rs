@@ -29,7 +29,7 @@ pub struct RaftGauges {
     pub voters: Gauge,
 }
 
-/// The abuse-limit counters (docs/deployment.md, "Limits"): what each limit refused or closed.
+/// The abuse-limit counters (docs/configuration.md, "Limits"): what each limit refused or closed.
 /// Cheap to clone (every metric is shared); the peer port gets a clone.
 #[derive(Debug, Clone, Default)]
 pub struct LimitMetrics {

@@ -230,7 +230,7 @@ impl Manager {
             while let Some(head) = self.proj.pop_head(key) {
                 // The held-keys cap was checked when this waiter arrived;
                 // other keys may have filled the server since
-                // (docs/deployment.md, "Limits": B).
+                // (docs/configuration.md, "Limits": B).
                 if self.proj.held() >= self.limits.max_held_keys {
                     self.refuse_busy(head.conn, head.id, key.clone());
                     continue;
