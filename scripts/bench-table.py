@@ -151,8 +151,8 @@ def main():
           f"RSS per node (MB, node order): {w4.get('rss_mb_after_fill')}")
         w(f"- then {w4.get('waiters')} waiters queued: RSS {w4.get('rss_mb_with_waiters')}")
         w(f"- then {w4.get('connections')} client connections held on the leader (asked for "
-          f"{w4.get('conns_target')}; this sandbox refuses new loopback connections past a few hundred "
-          f"at a time): RSS {w4.get('rss_mb_with_conns')}")
+          f"{w4.get('conns_target')}; opened gradually, stopping after 3 refusals in a row): "
+          f"RSS {w4.get('rss_mb_with_conns')}")
         w("")
     w("## Raw lines")
     w("")
