@@ -22,7 +22,8 @@ Read: README.md, CONTRIBUTING.md and docs/*.md ("the docs"). Checked:
              and every code is in docs/protocol.md or docs/cluster-protocol.md.
   citations  every `docs/FILE.md, "Section"` and `docs/FILE.md §N` in the
              code names a page that exists and a heading on it.
-  snippets   in README.md and docs/quickstart.md, every fenced code block is
+  snippets   in README.md, docs/quickstart.md, docs/configuration.md and
+             docs/examples.md, every fenced code block is
              marked: `<!-- tested: FILE -->` on the line before it (a README
              block must then be exactly FILE, which scripts/test-doc-examples
              runs) or `<!-- excerpt -->`; output blocks are ```text.
@@ -288,7 +289,7 @@ def main():
                 check(any(re.match(r"%s[.\s]" % n, h) for h in heads[page]), f"{path}: cites {page} §{n}: no such section")
 
     # --- snippets ----------------------------------------------------------
-    for path in ("README.md", "docs/quickstart.md"):
+    for path in ("README.md", "docs/quickstart.md", "docs/configuration.md", "docs/examples.md"):
         text = pages.get(path, "")
         lines = text.split("\n")
         i = 0
