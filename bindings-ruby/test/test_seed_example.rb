@@ -24,7 +24,8 @@ class TestSeedExample < Minitest::Test
     assert_equal File.read(EXAMPLE), example
     assert_includes example, %(require "ticketing"\n)
     # nil (not granted within the wait) is handled before the ticket is used.
-    assert_includes example, %(ticket = broker.acquire("seat-17", 5, 30, 2)\nif ticket\n  begin\n)
+    assert_includes example, %(ticket = broker.acquire("seat-17", 5, 30, 2))
+    assert_includes example, %(\nif ticket\n  begin\n)
     assert_includes example, "  ensure\n    ticket.release\n  end\n"
   end
 
