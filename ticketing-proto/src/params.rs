@@ -110,6 +110,16 @@ pub fn key(key: &str) -> Result<Key, ParamError> {
 }
 
 /// All of an acquire's arguments at once (key first, then wait, lease, budget).
+///
+/// ```
+/// use ticketing_proto::params;
+/// // Fractions round UP to whole seconds; nothing is clamped.
+/// let p = params::acquire("seat-17", 0.5, 29.2, 2.0).unwrap();
+/// assert_eq!((p.wait, p.lease, p.budget), (1, 30, 2));
+/// assert!(params::acquire("seat-17", 5.0, 251.0, 0.0).is_err()); // lease over 250 s
+/// assert!(params::acquire("seat 17", 5.0, 30.0, 0.0).is_err()); // a space in the key
+/// assert!(params::acquire("seat-17", 5.0, 30.0, 31.0).is_err()); // budget over the lease
+/// ```
 pub fn acquire(key_text: &str, wait_s: f64, lease_s: f64, budget_s: f64) -> Result<AcquireParams, ParamError> {
     let key = key(key_text)?;
     let wait = wait(wait_s)?;
