@@ -1,5 +1,8 @@
 // Types of the public API of the `ticketing` package (index.js). The native
-// module's generated types are in native.d.ts (private).
+// module's generated types are in native.d.ts (private). The ES-module entry
+// (index.mjs) has the same named exports, and its default export is this
+// CommonJS module itself, which is how TypeScript (module NodeNext) types a
+// default import of this file: `import ticketing from 'ticketing'` checks.
 /// <reference types="node" />
 
 /** A duration in seconds; fractions are rounded UP to whole seconds. */

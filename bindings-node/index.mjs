@@ -1,7 +1,6 @@
 // ES module entry: the same objects as the CommonJS entry (index.js), so
 // `import { TicketBroker } from "ticketing"` and `require("ticketing")`
-// share one module instance and one set of error classes. Named exports
-// only, as index.d.ts declares (no default export).
+// share one module instance and one set of error classes.
 import cjs from './index.js'
 
 export const {
@@ -19,3 +18,4 @@ export const {
   TicketExpiredError,
   version,
 } = cjs
+export default cjs
