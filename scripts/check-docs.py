@@ -22,8 +22,7 @@ Read: README.md, CONTRIBUTING.md and docs/*.md ("the docs"). Checked:
              and every code is in docs/protocol.md or docs/cluster-protocol.md.
   citations  every `docs/FILE.md, "Section"` and `docs/FILE.md §N` in the
              code names a page that exists and a heading on it.
-  snippets   in README.md, docs/quickstart.md, docs/configuration.md and
-             docs/examples.md, every fenced code block is
+  snippets   in README.md and every docs page, every fenced code block is
              marked: `<!-- tested: FILE -->` on the line before it (a README
              block must then be exactly FILE, which scripts/test-doc-examples
              runs) or `<!-- excerpt -->`; output blocks are ```text.
@@ -289,7 +288,7 @@ def main():
                 check(any(re.match(r"%s[.\s]" % n, h) for h in heads[page]), f"{path}: cites {page} §{n}: no such section")
 
     # --- snippets ----------------------------------------------------------
-    for path in ("README.md", "docs/quickstart.md", "docs/configuration.md", "docs/examples.md"):
+    for path in ["README.md"] + sorted(p for p in pages if p.startswith("docs/")):
         text = pages.get(path, "")
         lines = text.split("\n")
         i = 0
@@ -313,7 +312,8 @@ def main():
                     f = os.path.join(ROOT, t.group(1))
                     check(os.path.isfile(f), f"{path}:{i + 1}: tested by {t.group(1)}, which does not exist")
                     if os.path.isfile(f) and not t.group(1).startswith("scripts/"):
-                        check(open(f, encoding="utf-8").read() == body,
+                        included = body.strip() == "{{#include ../%s}}" % t.group(1)
+                        check(included or open(f, encoding="utf-8").read() == body,
                               f"{path}:{i + 1}: the block differs from {t.group(1)} (it must be exactly that file)")
             i = j + 1
 
