@@ -22,6 +22,8 @@ Read: README.md, CONTRIBUTING.md and docs/*.md ("the docs"). Checked:
              and every code is in docs/protocol.md or docs/cluster-protocol.md.
   citations  every `docs/FILE.md, "Section"` and `docs/FILE.md §N` in the
              code names a page that exists and a heading on it.
+  links      every relative link of README.md and CONTRIBUTING.md names a file
+             that exists, and each #anchor into a page a heading of it.
   snippets   in README.md and every docs page, every fenced code block is
              marked: `<!-- tested: FILE -->` on the line before it (a README
              block must then be exactly FILE, which scripts/test-doc-examples
@@ -316,6 +318,23 @@ def main():
                         check(included or open(f, encoding="utf-8").read() == body,
                               f"{path}:{i + 1}: the block differs from {t.group(1)} (it must be exactly that file)")
             i = j + 1
+
+    # --- links of the pages outside the site (README.md, CONTRIBUTING.md) ------------
+    def slug(h):
+        h = re.sub(r"[`*_]", "", h).strip().lower()
+        return re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", h))
+
+    for path in ("README.md", "CONTRIBUTING.md"):
+        text = re.sub(r"```.*?```", "", pages.get(path, ""), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            file, _, frag = target.partition("#")
+            f = os.path.normpath(os.path.join(ROOT, os.path.dirname(path), file))
+            check(os.path.exists(f), f"{path}: link {target}: {file} does not exist")
+            if frag and f.endswith(".md") and os.path.isfile(f):
+                check(frag in {slug(h) for h in headings(open(f, encoding="utf-8").read())},
+                      f"{path}: link {target}: no heading #{frag} in {file}")
 
     for p in problems:
         print(p)
