@@ -216,6 +216,11 @@ pub struct MemberView {
     pub client: String,
     /// Voter (else learner).
     pub voter: bool,
+    /// Its admin HTTP address (`--admin-listen`), when it announced one.
+    pub admin: Option<String>,
+    /// On the leader: the last log index known to be replicated on that
+    /// member (matched); `None` elsewhere or before its first ack.
+    pub matched_index: Option<u64>,
 }
 
 /// This node's cluster state, for `/status` and `/metrics`.
@@ -330,6 +335,8 @@ impl ClusterReplicator {
                 peer: n.peer.clone(),
                 client: n.client.clone(),
                 voter: membership.voter_ids().any(|v| v == *id),
+                admin: n.admin.clone(),
+                matched_index: m.replication.as_ref().and_then(|r| r.get(id).copied().flatten()).map(|l| l.index),
             })
             .collect();
         let leadership = self.leadership.borrow().clone();
