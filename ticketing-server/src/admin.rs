@@ -87,6 +87,7 @@ async fn refresh_gauges(s: &AdminState) {
         raft.applied_index.set(gauge_value(cs.applied_index.unwrap_or(0)));
         raft.is_leader.set(i64::from(cs.role == "leader"));
         raft.voters.set(gauge_value(cs.members.iter().filter(|m| m.voter).count()));
+        raft.quorum_ack_age.set(cs.millis_since_quorum_ack.map_or(0.0, |ms| ms as f64 / 1000.0));
     }
 }
 

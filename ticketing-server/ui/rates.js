@@ -13,6 +13,8 @@ const CHARTS = [
     series: [['waiters', 'waiters'], ['held_keys', 'keys held']] },
   { id: 'connections', title: 'Client connections', unit: '', series: [['connections', 'connections']] },
   { id: 'raft', title: 'Raft log entries committed /s', unit: '/s', series: [['raft_commits', 'entries']], cluster: true },
+  { id: 'commit', title: 'Raft commit of a batch, percentiles of the second (ms, leader)', unit: ' ms',
+    series: [['commit_p50_ms', 'p50'], ['commit_p99_ms', 'p99']], cluster: true },
 ];
 
 function svgEl(tag, attrs) {

@@ -60,18 +60,23 @@ pub struct Sample {
     pub connections: f64,
     /// Raft log entries committed per second (cluster mode).
     pub raft_commits: Option<f64>,
+    /// Median time to commit a proposed batch through Raft in the interval, ms (the leader).
+    pub commit_p50_ms: Option<f64>,
+    /// Its 99th percentile, ms.
+    pub commit_p99_ms: Option<f64>,
 }
 
 const WAIT_BUCKET: &str = "ticketing_grant_wait_seconds_bucket{le=\"";
+const COMMIT_BUCKET: &str = "ticketing_raft_commit_seconds_bucket{le=\"";
 
 /// The `q` quantile (ms) of the histogram observations between two scrapes,
 /// interpolated linearly inside a bucket as Prometheus' `histogram_quantile`;
 /// an observation above the last finite bound counts as that bound.
-fn quantile_ms(prev: &Scrape, cur: &Scrape, q: f64) -> Option<f64> {
+fn quantile_ms(prev: &Scrape, cur: &Scrape, bucket: &str, q: f64) -> Option<f64> {
     let mut buckets: Vec<(f64, f64)> = cur
         .iter()
         .filter_map(|(name, v)| {
-            let le = name.strip_prefix(WAIT_BUCKET)?.strip_suffix("\"}")?;
+            let le = name.strip_prefix(bucket)?.strip_suffix("\"}")?;
             let le = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
             Some((le, (v - prev.get(name).copied().unwrap_or(0.0)).max(0.0)))
         })
@@ -116,13 +121,15 @@ impl Sample {
             expiries: rate("ticketing_expiries_total"),
             timeouts: rate("ticketing_timeouts_total"),
             busy: rate("ticketing_busy_total"),
-            wait_p50_ms: quantile_ms(prev, cur, 0.5),
-            wait_p90_ms: quantile_ms(prev, cur, 0.9),
-            wait_p99_ms: quantile_ms(prev, cur, 0.99),
+            wait_p50_ms: quantile_ms(prev, cur, WAIT_BUCKET, 0.5),
+            wait_p90_ms: quantile_ms(prev, cur, WAIT_BUCKET, 0.9),
+            wait_p99_ms: quantile_ms(prev, cur, WAIT_BUCKET, 0.99),
             waiters: gauge("ticketing_waiters"),
             held_keys: gauge("ticketing_held_keys"),
             connections: gauge("ticketing_connections"),
             raft_commits: cur.contains_key("ticketing_raft_commit_index").then(|| rate("ticketing_raft_commit_index")),
+            commit_p50_ms: quantile_ms(prev, cur, COMMIT_BUCKET, 0.5),
+            commit_p99_ms: quantile_ms(prev, cur, COMMIT_BUCKET, 0.99),
         }
     }
 }
@@ -197,10 +204,12 @@ mod tests {
         m.busy.inc_by(4);
         m.waiters.set(7);
         m.raft.as_ref().unwrap().commit_index.set(20);
+        m.raft.as_ref().unwrap().commit.observe(0.003); // (2ms, 5ms]
         let cur = parse(&m.encode().unwrap());
         let s = Sample::between(&prev, &cur, 2.0, 5);
         assert_eq!((s.grants, s.releases, s.busy, s.timeouts), (5.0, 0.5, 2.0, 0.0));
         assert_eq!((s.waiters, s.raft_commits), (7.0, Some(10.0)));
+        assert!((s.commit_p50_ms.unwrap() - 3.5).abs() < 1e-9, "{s:?}");
         // 10 grants: rank 5 is inside (1ms, 5ms]: 1 + 4 * 5/8 = 3.5 ms.
         assert!((s.wait_p50_ms.unwrap() - 3.5).abs() < 1e-9, "{s:?}");
         // rank 9.9 is inside (100ms, 250ms]: 100 + 150 * 1.9/2.
