@@ -156,6 +156,17 @@ fn error(status: StatusCode, error: String) -> Response {
     (status, Json(ErrorBody { error, leader: None, leader_admin: None })).into_response()
 }
 
+/// The admin address of the leader when this node does not serve and knows
+/// another node leads (never this node's own).
+fn other_leader_admin(s: &AdminState) -> Option<String> {
+    let known = {
+        let l = s.replicator.leadership();
+        let l = l.borrow();
+        !l.serving && l.leader.is_some()
+    };
+    known.then(|| s.cluster.as_ref().and_then(|c| c.leader_admin())).flatten()
+}
+
 /// `503 not the leader` (with the leader's client and admin addresses when
 /// known) unless this node serves: what only the leader can answer.
 fn not_serving(s: &AdminState) -> Option<Response> {

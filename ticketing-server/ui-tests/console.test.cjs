@@ -226,13 +226,18 @@ check('locks page shows the holder prefix, a running countdown and the two waite
   await page.screenshot({ path: path.join(shots, 'console-locks.png'), fullPage: true });
 });
 
-check('locks page on a follower links to the same page on the leader', async () => {
+check('locks page on a follower reads the leader: same holder and waiters, and a link to the leader', async () => {
   const page = ctx.page2;
   const f = ctx.followers[0];
   await page.goto(`http://127.0.0.1:${nodes[f].admin}/ui/locks/${KEY}`);
   const link = page.locator('#leader-link');
   const want = `http://127.0.0.1:${nodes[ctx.leader.i].admin}/ui/locks/${KEY}`;
   await until('the link to the leader', 5000, async () => (await link.count()) === 1 && (await link.getAttribute('href')) === want);
+  await until('the holder read from the leader', 5000, async () => (await page.locator('#holder-owner').textContent()).trim() === prefix(HOLDER));
+  const rows = page.locator('#waiters li.waiter');
+  await until('the two waiters read from the leader', 5000, async () => (await rows.count()) === 2
+    && (await rows.nth(0).getAttribute('data-owner-prefix')) === prefix(WAITERS[0])
+    && (await rows.nth(1).getAttribute('data-owner-prefix')) === prefix(WAITERS[1]));
 });
 
 check('rates page draws the charts from the series', async () => {
@@ -287,6 +292,18 @@ check('kill -9 the leader: the page on a survivor shows the new leader', async (
   });
   console.log(`  (the page showed the new leader ${Date.now() - started} ms after the kill)`);
   await page.screenshot({ path: path.join(shots, 'console-failover.png'), fullPage: true });
+  ctx.newLeader = next;
+});
+
+check('after the failover the locks page on a survivor shows the holder from the new leader', async () => {
+  const page = ctx.page2;
+  const other = ctx.followers.find((i) => i !== ctx.newLeader.i);
+  await page.goto(`http://127.0.0.1:${nodes[other].admin}/ui/locks/${KEY}`);
+  const want = `http://127.0.0.1:${nodes[ctx.newLeader.i].admin}/ui/locks/${KEY}`;
+  await until('the link to the new leader', 10000, async () => (await page.locator('#leader-link').count()) === 1
+    && (await page.locator('#leader-link').getAttribute('href')) === want);
+  // The grant is in the replicated state: the new leader keeps it until its lease ends.
+  await until('the holder kept across the failover', 10000, async () => (await page.locator('#holder-owner').textContent()).trim() === prefix(HOLDER));
 });
 
 // ---- main ----------------------------------------------------------------------------

@@ -27,10 +27,10 @@ const T = (() => {
       let body = null;
       try { body = JSON.parse(text.replace(BIG, '"$1":"$2"')); } catch (e) { body = null; }
       setConn(true);
-      return { status: r.status, body };
+      return { status: r.status, body, headers: r.headers };
     } catch (e) {
       setConn(false);
-      return { status: 0, body: null };
+      return { status: 0, body: null, headers: new Headers() };
     }
   }
 

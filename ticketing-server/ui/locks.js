@@ -11,6 +11,16 @@ const currentKey = () => {
 
 let last = null; // { at, body } of the last /locks answer
 
+// Read through this node from the leader (a follower): say so, and link to the leader's page.
+function viaLeader(addr, path) {
+  const n = document.getElementById('follow');
+  n.replaceChildren('This node is not the leader; holders and waiters are read from the leader at ',
+    T.el('span', { class: 'mono', text: addr }), '. ');
+  const url = T.adminUrl(addr, path);
+  if (url) n.append(T.el('a', { id: 'leader-link', href: url, text: 'Open this page on the leader' }), '.');
+  n.hidden = false;
+}
+
 function notice(body, path) {
   const n = document.getElementById('follow');
   if (!body || body.error !== 'not the leader') { n.hidden = true; return; }
@@ -46,12 +56,13 @@ function draw() {
 }
 
 async function refreshKey(key) {
-  const { status, body } = await T.get('/locks/' + keyPath(key));
+  const { status, body, headers } = await T.get('/ui/api/locks/' + keyPath(key));
   const section = document.getElementById('lock');
   section.hidden = false;
   T.setText('lock-key', key);
   if (status === 200 && body) {
-    notice(null);
+    const via = headers.get('x-ticketing-leader-admin');
+    if (via) viaLeader(via, PREFIX + keyPath(key)); else notice(null);
     last = { at: Date.now(), body };
     draw();
     return;
@@ -65,7 +76,7 @@ async function refreshKey(key) {
 }
 
 async function refreshContended() {
-  const { status, body } = await T.get('/ui/api/contended?n=10');
+  const { status, body, headers } = await T.get('/ui/api/contended?n=10');
   const tb = document.querySelector('#contended tbody');
   if (status !== 200 || !body) {
     if (!currentKey()) notice(body, '/ui/locks');
@@ -73,7 +84,10 @@ async function refreshContended() {
       ? 'known on the leader' : 'not available' })));
     return;
   }
-  if (!currentKey()) notice(null);
+  if (!currentKey()) {
+    const via = headers.get('x-ticketing-leader-admin');
+    if (via) viaLeader(via, '/ui/locks'); else notice(null);
+  }
   tb.replaceChildren(...(body.keys.length ? body.keys.map((k) => T.el('tr', { 'data-key': k.key },
     T.el('td', { class: 'mono' }, T.el('a', { href: PREFIX + keyPath(k.key), text: k.key })),
     T.el('td', { text: k.waiters }))) : [T.el('tr', {}, T.el('td', { colspan: 2, class: 'muted', text: 'no key has waiters' }))]));

@@ -172,12 +172,12 @@ async fn unknown_paths_are_404_with_the_same_headers_and_ui_redirects() {
 #[tokio::test]
 async fn the_feeds_the_pages_read_answer_json() {
     let (port, _m) = start().await;
-    // What the scripts fetch: /status, /locks/<key>, /ui/api/series, /ui/api/contended.
+    // What the scripts fetch: /status, /ui/api/locks/<key>, /ui/api/series, /ui/api/contended.
     let js: String = ui::STATIC.iter().map(|a| String::from_utf8_lossy(a.body).into_owned()).collect();
-    for path in ["'/status'", "'/locks/'", "'/ui/api/series'", "'/ui/api/contended?n=10'"] {
+    for path in ["'/status'", "'/ui/api/locks/'", "'/ui/api/series'", "'/ui/api/contended?n=10'"] {
         assert!(js.contains(path), "no script fetches {path}");
     }
-    for path in ["/status", "/locks/a", "/ui/api/series", "/ui/api/contended?n=10"] {
+    for path in ["/status", "/locks/a", "/ui/api/locks/a/b", "/ui/api/series", "/ui/api/contended?n=10"] {
         let a = get(port, path).await;
         assert_eq!(a.status, 200, "{path}: {}", a.text());
         assert!(a.header("content-type").starts_with("application/json"), "{path}");
@@ -185,6 +185,8 @@ async fn the_feeds_the_pages_read_answer_json() {
     }
     let s: serde_json::Value = serde_json::from_slice(&get(port, "/ui/api/series").await.body).unwrap();
     assert_eq!((s["interval_ms"].as_u64(), s["capacity"].as_u64()), (Some(1000), Some(series::CAPACITY as u64)));
+    let a = get(port, "/ui/api/locks/a%20b").await;
+    assert_eq!(a.status, 400, "{}", a.text());
     for bad in ["n=abc", "n=-1", "n=101"] {
         let a = get(port, &format!("/ui/api/contended?{bad}")).await;
         assert_eq!(a.status, 400, "{bad}");

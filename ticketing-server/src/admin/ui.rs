@@ -90,6 +90,7 @@ async fn dispatch(
         "rates" => page("rates.html"),
         "api/series" => Json(series.snapshot()).into_response(),
         "api/contended" => contended(&s, query_param(q.as_deref(), "n")).await,
+        p if p.starts_with("api/locks/") => lock(&s, &p["api/locks/".len()..]).await,
         p => match p.strip_prefix("static/").and_then(|f| STATIC.iter().find(|a| a.name == f)) {
             Some(a) => ([(header::CONTENT_TYPE, a.content_type)], a.body).into_response(),
             None => not_found(),
@@ -136,7 +137,7 @@ async fn contended(s: &AdminState, n: Option<&str>) -> Response {
             return super::error(StatusCode::BAD_REQUEST, msg);
         }
     };
-    if let Some(r) = super::not_serving(s) {
+    if let Some(r) = from_leader(s, &format!("/ui/api/contended?n={n}")).await {
         return r;
     }
     match s.manager.contended(n).await {
@@ -145,5 +146,96 @@ async fn contended(s: &AdminState, n: Option<&str>) -> Response {
         })
         .into_response(),
         Err(e) => super::error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+/// `/ui/api/locks/<key>`: `/locks/<key>` of the serving leader, read through
+/// this node when it is a follower, so the locks page works on every node.
+async fn lock(s: &AdminState, key: &str) -> Response {
+    if let Err(e) = ticketing_proto::Key::new(key.to_owned()) {
+        return super::error(StatusCode::BAD_REQUEST, e.to_string());
+    }
+    if let Some(r) = from_leader(s, &format!("/locks/{}", encode_path(key))).await {
+        return r;
+    }
+    super::lock(State(s.clone()), Path(key.to_owned())).await
+}
+
+/// `None` when this node serves (answer locally). Otherwise the leader's
+/// answer to `path` on its admin port, marked with `X-Ticketing-Leader-Admin`,
+/// or, without a reachable leader, `503 not the leader`.
+async fn from_leader(s: &AdminState, path: &str) -> Option<Response> {
+    let not_serving = super::not_serving(s)?;
+    let Some(addr) = super::other_leader_admin(s) else { return Some(not_serving) };
+    match get_json(&addr, path).await {
+        Ok((status, body)) => {
+            let mut r = (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+            if let Ok(v) = HeaderValue::from_str(&addr) {
+                r.headers_mut().insert(LEADER_ADMIN, v);
+            }
+            Some(r)
+        }
+        Err(e) => {
+            tracing::debug!(leader_admin = %addr, error = %e, "console: the leader's admin port did not answer");
+            Some(not_serving)
+        }
+    }
+}
+
+/// The header naming the leader's admin address an answer was read from.
+pub const LEADER_ADMIN: &str = "x-ticketing-leader-admin";
+
+/// How long a read from the leader's admin port may take.
+const LEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+/// The largest body read from the leader (a key with every waiter fits).
+const LEADER_READ_LIMIT: usize = 4 << 20;
+
+/// One HTTP/1.1 GET of `path` on `addr` (hyper's client), bounded in time and size.
+async fn get_json(addr: &str, path: &str) -> Result<(StatusCode, axum::body::Bytes), String> {
+    use http_body_util::{BodyExt, Empty, Limited};
+    let run = async {
+        let stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+        let conn = tokio::spawn(conn);
+        let req = axum::http::Request::get(path)
+            .header(header::HOST, addr)
+            .header(header::ACCEPT, "application/json")
+            .body(Empty::<axum::body::Bytes>::new())
+            .map_err(|e| e.to_string())?;
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let body = Limited::new(resp.into_body(), LEADER_READ_LIMIT).collect().await.map_err(|e| e.to_string())?;
+        conn.abort();
+        Ok((status, body.to_bytes()))
+    };
+    tokio::time::timeout(LEADER_READ_TIMEOUT, run).await.map_err(|_| "timed out".to_owned())?
+}
+
+/// Percent-encodes a key for a URL path: every byte but unreserved ones and `/`.
+fn encode_path(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    for b in key.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_params_and_path_encoding() {
+        assert_eq!(query_param(Some("a=1&n=5"), "n"), Some("5"));
+        assert_eq!(query_param(Some("nn=5"), "n"), None);
+        assert_eq!(query_param(None, "n"), None);
+        assert_eq!(encode_path("orders/42-a_b.c~"), "orders/42-a_b.c~");
+        assert_eq!(encode_path("a?b#c%d&e+f"), "a%3Fb%23c%25d%26e%2Bf");
     }
 }
