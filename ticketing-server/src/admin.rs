@@ -1,8 +1,13 @@
 //! Admin HTTP (`--admin-listen`, docs/deployment.md "Admin HTTP"):
 //! `/healthz`, `/status` (JSON), `/metrics` (OpenMetrics text of the one
 //! registry in `manager::metrics`), `/locks/<key>` (JSON, on the serving
-//! leader). Works in standalone and cluster mode. Bodies are serde structs;
-//! each endpoint reads only what it shows.
+//! leader), and the console under `/ui/` (`ui`, docs/operating.md
+//! "Console"), which reads the same endpoints plus its own rates (`series`).
+//! Works in standalone and cluster mode. Bodies are serde structs; each
+//! endpoint reads only what it shows.
+
+pub mod series;
+pub mod ui;
 
 use crate::cluster::{ClusterReplicator, ClusterStatus};
 use crate::manager::metrics::gauge_value;
@@ -12,8 +17,9 @@ use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use serde::Serialize;
+use series::Series;
 use std::sync::Arc;
 use ticketing_proto::Key;
 use tokio::net::TcpListener;
@@ -29,15 +35,60 @@ pub struct AdminState {
     pub cluster: Option<Arc<ClusterReplicator>>,
 }
 
-/// Serves the admin endpoints on `listener` until the task is dropped.
+/// Serves the admin endpoints on `listener` until the task is dropped
+/// (the console's sampler stops with it).
 pub async fn serve(listener: TcpListener, state: AdminState) -> std::io::Result<()> {
-    let app = Router::new()
+    let series = Arc::new(Series::default());
+    let _sampler = AbortOnDrop(tokio::spawn(sample(state.clone(), series.clone())));
+    axum::serve(listener, app(state, series)).await
+}
+
+/// Every admin route (tests serve it without a socket).
+pub fn app(state: AdminState, series: Arc<Series>) -> Router {
+    Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
         .route("/locks/*key", get(lock))
-        .with_state(state);
-    axum::serve(listener, app).await
+        .merge(ui::routes())
+        .layer(Extension(series))
+        .with_state(state)
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Records one scrape of the registry every [`series::INTERVAL`].
+async fn sample(state: AdminState, series: Arc<Series>) {
+    let mut every = tokio::time::interval(series::INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        refresh_gauges(&state).await;
+        if let Ok(text) = state.manager.metrics().encode() {
+            series.record(std::time::Instant::now(), series::parse(&text));
+        }
+    }
+}
+
+/// Sets the leadership and Raft gauges, read only when encoding.
+async fn refresh_gauges(s: &AdminState) {
+    let m = s.manager.metrics();
+    m.serving.set(i64::from(s.replicator.leadership().borrow().serving));
+    if let (Some(c), Some(raft)) = (&s.cluster, &m.raft) {
+        let cs = c.status().await;
+        raft.term.set(gauge_value(cs.term));
+        raft.commit_index.set(gauge_value(cs.commit_index.unwrap_or(0)));
+        raft.applied_index.set(gauge_value(cs.applied_index.unwrap_or(0)));
+        raft.is_leader.set(i64::from(cs.role == "leader"));
+        raft.voters.set(gauge_value(cs.members.iter().filter(|m| m.voter).count()));
+        raft.quorum_ack_age.set(cs.millis_since_quorum_ack.map_or(0.0, |ms| ms as f64 / 1000.0));
+    }
 }
 
 /// What `/status` says about this node's role.
@@ -73,17 +124,8 @@ async fn status(State(s): State<AdminState>) -> Response {
 }
 
 async fn metrics(State(s): State<AdminState>) -> Response {
-    let m = s.manager.metrics();
-    m.serving.set(i64::from(s.replicator.leadership().borrow().serving));
-    if let (Some(c), Some(raft)) = (&s.cluster, &m.raft) {
-        let cs = c.status().await;
-        raft.term.set(gauge_value(cs.term));
-        raft.commit_index.set(gauge_value(cs.commit_index.unwrap_or(0)));
-        raft.applied_index.set(gauge_value(cs.applied_index.unwrap_or(0)));
-        raft.is_leader.set(i64::from(cs.role == "leader"));
-        raft.voters.set(gauge_value(cs.members.iter().filter(|m| m.voter).count()));
-    }
-    match m.encode() {
+    refresh_gauges(&s).await;
+    match s.manager.metrics().encode() {
         Ok(out) => ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], out)
             .into_response(),
         Err(_) => (StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics\n").into_response(),
@@ -109,33 +151,52 @@ struct LockBody {
     info: LockInfo,
 }
 
-async fn lock(State(s): State<AdminState>, Path(key): Path<String>) -> Response {
-    let k = match Key::new(key.clone()) {
-        Ok(k) => k,
-        Err(e) => {
-            let body = ErrorBody { error: e.to_string(), leader: None, leader_admin: None };
-            return (StatusCode::BAD_REQUEST, Json(body)).into_response();
-        }
+/// An error answer without a leader hint.
+fn error(status: StatusCode, error: String) -> Response {
+    (status, Json(ErrorBody { error, leader: None, leader_admin: None })).into_response()
+}
+
+/// The admin address of the leader when this node does not serve and knows
+/// another node leads (never this node's own).
+fn other_leader_admin(s: &AdminState) -> Option<String> {
+    let known = {
+        let l = s.replicator.leadership();
+        let l = l.borrow();
+        !l.serving && l.leader.is_some()
     };
+    known.then(|| s.cluster.as_ref().and_then(|c| c.leader_admin())).flatten()
+}
+
+/// `503 not the leader` (with the leader's client and admin addresses when
+/// known) unless this node serves: what only the leader can answer.
+fn not_serving(s: &AdminState) -> Option<Response> {
     let (serving, leader) = {
         let l = s.replicator.leadership();
         let l = l.borrow();
         (l.serving, l.leader.as_ref().map(|a| a.as_str().to_owned()))
     };
-    if !serving {
-        let leader_admin = s.cluster.as_ref().map(|c| c.leader_admin()).filter(|_| leader.is_some());
-        let body = ErrorBody {
-            error: "not the leader".into(),
-            leader: Some(leader),
-            leader_admin: Some(leader_admin.flatten()),
-        };
-        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    if serving {
+        return None;
+    }
+    let leader_admin = s.cluster.as_ref().map(|c| c.leader_admin()).filter(|_| leader.is_some());
+    let body =
+        ErrorBody { error: "not the leader".into(), leader: Some(leader), leader_admin: Some(leader_admin.flatten()) };
+    Some((StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response())
+}
+
+async fn lock(State(s): State<AdminState>, Path(key): Path<String>) -> Response {
+    let k = match Key::new(key.clone()) {
+        Ok(k) => k,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    if let Some(r) = not_serving(&s) {
+        return r;
     }
     match s.manager.lock_info(k).await {
         Ok(info) => Json(LockBody { key, info }).into_response(),
-        Err(e) => {
-            let body = ErrorBody { error: e.to_string(), leader: None, leader_admin: None };
-            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
-        }
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     }
 }
+
+#[cfg(test)]
+mod tests;

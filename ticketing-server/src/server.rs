@@ -7,6 +7,7 @@ use crate::cluster::{self, ClusterError};
 use crate::config::Config;
 use crate::conn::ConnContext;
 use crate::listener::Listener;
+use crate::manager::metrics::gauge_value;
 use crate::manager::{self, ManagerHandle, Metrics};
 use crate::reload::Material;
 use crate::replication::{Replicator, Standalone};
@@ -48,6 +49,10 @@ pub async fn cluster_replicator(
 ) -> Result<cluster::Started, ClusterError> {
     let mut cc = cluster::ClusterConfig::from_config(config, advertise.clone(), material);
     cc.limits.metrics = metrics.limits.clone();
+    if let Some(raft) = &metrics.raft {
+        cc.commit_seconds = Some(raft.commit.clone());
+        raft.election_timeout.set(config.election_timeout_max_ms as f64 / 1000.0);
+    }
     cluster::start(cc).await
 }
 
@@ -69,6 +74,7 @@ pub async fn run_reloading(
 ) -> Result<()> {
     let advertise = advertise_addr(&config, &listener)?;
     let metrics = Arc::new(Metrics::new(!config.is_standalone()));
+    metrics.max_waiters.set(gauge_value(config.limits.max_waiters));
     let material = Arc::new(Material::load(&config)?);
     let (replicator, cluster, failed): (Arc<dyn Replicator>, _, _) = if config.is_standalone() {
         (Arc::new(Standalone::new(advertise.clone())), None, None)

@@ -27,6 +27,7 @@ use crate::replication::{Leadership, Proposal, ProposeError, Replicator};
 use crate::tls::PeerTls;
 use openraft::error::{ClientWriteError, Fatal, RaftError};
 use openraft::ServerState;
+use prometheus_client::metrics::histogram::Histogram;
 use std::fmt;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -71,6 +72,8 @@ pub struct ClusterConfig {
     pub election_timeout_max_ms: u64,
     /// The peer port's abuse limits and their metrics.
     pub limits: peer::PeerLimits,
+    /// Where the time to commit each proposed batch is observed, if anywhere.
+    pub commit_seconds: Option<Histogram>,
 }
 
 impl ClusterConfig {
@@ -96,6 +99,7 @@ impl ClusterConfig {
                 frame_timeout: cfg.peer_frame_timeout,
                 metrics: Default::default(),
             },
+            commit_seconds: None,
         }
     }
 }
@@ -216,6 +220,11 @@ pub struct MemberView {
     pub client: String,
     /// Voter (else learner).
     pub voter: bool,
+    /// Its admin HTTP address (`--admin-listen`), when it announced one.
+    pub admin: Option<String>,
+    /// On the leader: the last log index known to be replicated on that
+    /// member (matched); `None` elsewhere or before its first ack.
+    pub matched_index: Option<u64>,
 }
 
 /// This node's cluster state, for `/status` and `/metrics`.
@@ -254,6 +263,7 @@ pub struct ClusterReplicator {
     sm: store::StateMachine,
     leadership: watch::Sender<Leadership>,
     propose_timeout: Duration,
+    commit_seconds: Option<Histogram>,
 }
 
 /// Maps a failed `client_write` to the manager's view (the one place where
@@ -281,10 +291,17 @@ impl Replicator for ClusterReplicator {
         drop(gate);
         let raft = self.raft.clone();
         let limit = self.propose_timeout;
+        let commit_seconds = self.commit_seconds.clone();
         // The manager checks that the outcomes match the commands (`on_done`).
         Proposal::Pending(Box::pin(async move {
+            let started = Instant::now();
             match tokio::time::timeout(limit, raft.client_write(types::Batch(cmds))).await {
-                Ok(Ok(resp)) => Ok(resp.data),
+                Ok(Ok(resp)) => {
+                    if let Some(h) = &commit_seconds {
+                        h.observe(started.elapsed().as_secs_f64());
+                    }
+                    Ok(resp.data)
+                }
                 Ok(Err(e)) => Err(map_write_error(e)),
                 Err(_) => Err(ProposeError::Unknown),
             }
@@ -330,6 +347,8 @@ impl ClusterReplicator {
                 peer: n.peer.clone(),
                 client: n.client.clone(),
                 voter: membership.voter_ids().any(|v| v == *id),
+                admin: n.admin.clone(),
+                matched_index: m.replication.as_ref().and_then(|r| r.get(id).copied().flatten()).map(|l| l.index),
             })
             .collect();
         let leadership = self.leadership.borrow().clone();
@@ -435,6 +454,7 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
         sm,
         leadership: tx,
         propose_timeout: Duration::from_millis(2 * cfg.election_timeout_max_ms + 1000),
+        commit_seconds: cfg.commit_seconds.clone(),
     });
     tokio::spawn(publish_leadership(replicator.clone(), Duration::from_millis(cfg.election_timeout_max_ms)));
 

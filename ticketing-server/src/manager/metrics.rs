@@ -10,12 +10,19 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// A gauge of seconds.
+pub type Seconds = Gauge<f64, AtomicU64>;
+
+/// Upper bounds (seconds) of the Raft commit histogram `ticketing_raft_commit_seconds`.
+pub const RAFT_COMMIT_BUCKETS: [f64; 12] = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
 
 /// Upper bounds (seconds) of the acquire-to-grant histogram `ticketing_grant_wait_seconds`.
 pub const GRANT_WAIT_BUCKETS: [f64; 12] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 120.0];
 
 /// The Raft gauges (cluster mode only).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct RaftGauges {
     /// Current Raft term.
     pub term: Gauge,
@@ -27,6 +34,12 @@ pub struct RaftGauges {
     pub is_leader: Gauge,
     /// Voters in the membership.
     pub voters: Gauge,
+    /// On the leader: seconds since a quorum last acknowledged it (0 elsewhere).
+    pub quorum_ack_age: Seconds,
+    /// `--election-timeout-max-ms` in seconds: past this quorum-ack age the leader stops serving.
+    pub election_timeout: Seconds,
+    /// Time to commit one proposed batch through Raft (leader).
+    pub commit: Histogram,
 }
 
 /// The abuse-limit counters (docs/configuration.md, "Limits"): what each limit refused or closed.
@@ -126,6 +139,8 @@ pub struct Metrics {
     pub connections: Gauge,
     /// 1 if this node serves clients.
     pub serving: Gauge,
+    /// The `--max-waiters` limit (waiters queued at once, all keys).
+    pub max_waiters: Gauge,
     /// Raft state; `Some` in cluster mode.
     pub raft: Option<RaftGauges>,
     /// What the abuse limits refused or closed.
@@ -182,6 +197,7 @@ impl Metrics {
         let held_keys = gauge(&mut registry, "held_keys", "Keys held");
         let connections = gauge(&mut registry, "connections", "Client connections");
         let serving = gauge(&mut registry, "serving", "1 if this node serves clients");
+        let max_waiters = gauge(&mut registry, "max_waiters", "The --max-waiters limit");
         let reloads = Family::<Vec<(String, String)>, Counter>::default();
         let reloads_ok = reloads.get_or_create(&result("ok")).clone();
         let reloads_failed = reloads.get_or_create(&result("failed")).clone();
@@ -192,6 +208,23 @@ impl Metrics {
             applied_index: gauge(&mut registry, "raft_applied_index", "Applied log index"),
             is_leader: gauge(&mut registry, "raft_is_leader", "1 if this node is the Raft leader"),
             voters: gauge(&mut registry, "raft_voters", "Voters in the membership"),
+            quorum_ack_age: {
+                let g = Seconds::default();
+                let help = "On the leader: seconds since a quorum last acknowledged it (0 elsewhere)";
+                registry.register("raft_quorum_ack_age_seconds", help, g.clone());
+                g
+            },
+            election_timeout: {
+                let g = Seconds::default();
+                let help = "--election-timeout-max-ms in seconds (the leader stops serving past this quorum-ack age)";
+                registry.register("raft_election_timeout_seconds", help, g.clone());
+                g
+            },
+            commit: {
+                let h = Histogram::new(RAFT_COMMIT_BUCKETS.into_iter());
+                registry.register("raft_commit_seconds", "Time to commit one proposed batch through Raft", h.clone());
+                h
+            },
         });
         let limits = LimitMetrics::default();
         limits.register(&mut registry);
@@ -212,6 +245,7 @@ impl Metrics {
             held_keys,
             connections,
             serving,
+            max_waiters,
             raft,
             limits,
             reloads_ok,
@@ -273,6 +307,9 @@ mod tests {
             "ticketing_write_buffer_overflows_total 0",
             "ticketing_peer_connections 0",
             "ticketing_peer_bad_frames_total 0",
+            "ticketing_raft_quorum_ack_age_seconds 0.0",
+            "ticketing_raft_commit_seconds_count 0",
+            "ticketing_max_waiters 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }

@@ -28,6 +28,7 @@
 //!   replicator answers at once (standalone) is routed inline; answers are
 //!   handed to the connection's bounded queue with `try_send`.
 
+pub mod contention;
 pub mod metrics;
 pub mod projection;
 mod proposals;
@@ -147,6 +148,13 @@ pub enum ManagerRequest {
         /// Where the answer goes.
         reply: oneshot::Sender<LockInfo>,
     },
+    /// The `n` keys with the most waiters now (the console), most first.
+    Contended {
+        /// How many keys.
+        n: usize,
+        /// Where the answer goes: each key with its waiter count.
+        reply: oneshot::Sender<Vec<(Key, usize)>>,
+    },
     /// Graceful shutdown: accept no new requests; `done` fires once no proposal is in flight.
     Drain {
         /// Fired when drained.
@@ -238,6 +246,13 @@ impl ManagerHandle {
     pub async fn lock_info(&self, key: Key) -> Result<LockInfo, ManagerGone> {
         let (reply, rx) = oneshot::channel();
         self.send(ManagerRequest::Query { key, reply }).await?;
+        rx.await.map_err(|_| ManagerGone)
+    }
+
+    /// The `n` keys with the most waiters now, most first (for the console).
+    pub async fn contended(&self, n: usize) -> Result<Vec<(Key, usize)>, ManagerGone> {
+        let (reply, rx) = oneshot::channel();
+        self.send(ManagerRequest::Contended { n, reply }).await?;
         rx.await.map_err(|_| ManagerGone)
     }
 

@@ -9,6 +9,7 @@
 //! [`Projection::clear`]; a key's `live` count, `total_waiters` and the
 //! per-connection index only in `insert_waiter` and `take_waiter`.
 
+use super::contention::Contention;
 use super::{owner_prefix, ConnId, HolderInfo, LockInfo, WaiterId, WaiterInfo};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
@@ -140,6 +141,8 @@ pub struct Projection {
     held: usize,
     /// Live waiters over all keys.
     total_waiters: usize,
+    /// Live waiters per key, ranked (the console's most contended keys).
+    contention: Contention,
 }
 
 impl Projection {
@@ -264,6 +267,7 @@ impl Projection {
         }
         q.live += 1;
         self.total_waiters += 1;
+        self.contention.waiter_added(&w.key);
         self.by_conn.entry(w.conn).or_default().insert(wid);
         self.waiters.insert(wid, w);
         wid
@@ -274,6 +278,7 @@ impl Projection {
     fn take_waiter(&mut self, wid: WaiterId) -> Option<Waiter> {
         let w = self.waiters.remove(&wid)?;
         self.total_waiters -= 1;
+        self.contention.waiter_removed(&w.key);
         if let Some(q) = self.keys.get_mut(&w.key).and_then(|ks| ks.rare.as_mut()) {
             q.live -= 1;
         }
@@ -354,7 +359,13 @@ impl Projection {
         self.by_conn.clear();
         self.held = 0;
         self.total_waiters = 0;
+        self.contention.clear();
         waiters
+    }
+
+    /// The `n` keys with the most live waiters, most first.
+    pub fn contended(&self, n: usize) -> Vec<(Key, usize)> {
+        self.contention.top(n)
     }
 
     /// The read-only view of `key` for `/locks/<key>` (a grant still being
@@ -394,6 +405,10 @@ impl Projection {
         assert_eq!(self.total_waiters, self.waiters.len(), "total_waiters");
         assert_eq!(self.total_waiters, self.keys.values().map(KeyState::live).sum::<usize>(), "live");
         assert_eq!(self.total_waiters, self.by_conn.values().map(HashSet::len).sum::<usize>(), "by_conn");
+        for (key, ks) in &self.keys {
+            assert_eq!(self.contention.waiters(key), ks.live(), "contention of {key:?}");
+        }
+        assert_eq!(self.contention.keys(), self.keys.values().filter(|ks| ks.live() > 0).count(), "contended keys");
         for (key, ks) in &self.keys {
             let queue = ks.rare.iter().flat_map(|q| q.queue.iter());
             let live = queue.filter(|id| self.waiters.get(id).is_some_and(|w| w.key == *key)).count();

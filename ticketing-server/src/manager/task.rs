@@ -270,6 +270,9 @@ impl Manager {
                 info.domain_time_ms = self.domain_now(now);
                 let _ = reply.send(info);
             }
+            ManagerRequest::Contended { n, reply } => {
+                let _ = reply.send(self.proj.contended(n));
+            }
             ManagerRequest::Holds { conn, id, key, owner } => {
                 if !self.accepts_requests(conn) {
                     return;

@@ -1,0 +1,122 @@
+// Ticketing console: helpers shared by every page (no framework, no build step).
+'use strict';
+
+const T = (() => {
+  // Node ids and tokens are 64-bit integers: keep them as text, a JS number would round them.
+  const BIG = /"(id|node_id|leader_id|token|last_token)":(\d+)/g;
+  let lastOk = 0;
+
+  function setConn(ok, note) {
+    const c = document.getElementById('conn');
+    if (!c) return;
+    if (ok) {
+      lastOk = Date.now();
+      c.className = '';
+      c.textContent = 'live · ' + new Date(lastOk).toLocaleTimeString();
+    } else {
+      c.className = 'down';
+      c.textContent = note || 'cannot reach this node';
+    }
+  }
+
+  // GET a JSON endpoint of this node: {status, body} (status 0: unreachable).
+  async function get(path) {
+    try {
+      const r = await fetch(path, { cache: 'no-store', headers: { Accept: 'application/json' } });
+      const text = await r.text();
+      let body = null;
+      try { body = JSON.parse(text.replace(BIG, '"$1":"$2"')); } catch (e) { body = null; }
+      setConn(true);
+      return { status: r.status, body, headers: r.headers };
+    } catch (e) {
+      setConn(false);
+      return { status: 0, body: null, headers: new Headers() };
+    }
+  }
+
+  // el('td', {class: 'x', 'data-a': 1}, 'text', child...)
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k === 'text') e.textContent = String(v);
+      else e.setAttribute(k, v === true ? '' : String(v));
+    }
+    for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+    return e;
+  }
+
+  function setText(id, v) {
+    const e = document.getElementById(id);
+    if (e) e.textContent = v === undefined || v === null || v === '' ? '—' : String(v);
+    return e;
+  }
+
+  // 1234 -> "1.2 s", 65000 -> "1 min 5 s".
+  function dur(ms) {
+    if (ms === undefined || ms === null) return '—';
+    if (ms < 1000) return Math.round(ms) + ' ms';
+    if (ms < 60000) return (ms / 1000).toFixed(1) + ' s';
+    const m = Math.floor(ms / 60000);
+    return m + ' min ' + Math.floor((ms % 60000) / 1000) + ' s';
+  }
+
+  // The URL of another node's console page; an unspecified host (0.0.0.0, [::]) becomes this page's host.
+  function adminUrl(addr, path) {
+    if (!addr) return null;
+    let a = String(addr);
+    const m = a.match(/^(\[[^\]]*\]|[^:]*):(\d+)$/);
+    if (!m) return null;
+    let host = m[1];
+    if (host === '0.0.0.0' || host === '[::]' || host === '') host = location.hostname.includes(':') ? '[' + location.hostname + ']' : location.hostname;
+    return location.protocol + '//' + host + ':' + m[2] + path;
+  }
+
+  // The leader's admin address as a /status body knows it (cluster mode), or null.
+  function leaderAdmin(status) {
+    if (!status || !status.members || !status.leader_id) return null;
+    const m = status.members.find((x) => x.id === status.leader_id);
+    return m ? m.admin : null;
+  }
+
+  // Shows (or hides) the "open this on the leader" notice of a page.
+  function follow(status, path) {
+    const n = document.getElementById('follow');
+    if (!n) return;
+    if (!status || status.mode !== 'cluster' || status.serving) { n.hidden = true; return; }
+    n.replaceChildren();
+    if (status.leader_id && status.leader_id !== status.node_id) {
+      const url = adminUrl(leaderAdmin(status), path);
+      n.append('This node is a ' + status.role + '. The leader is node ');
+      n.append(el('span', { class: 'mono', text: status.leader_id }));
+      if (url) {
+        n.append(': ');
+        n.append(el('a', { id: 'leader-link', href: url, text: 'open the leader\u2019s console' }));
+      } else {
+        n.append(' (its admin address is not known: it runs without --admin-listen).');
+      }
+    } else {
+      n.append('This node is not serving and knows no leader yet (an election may be running).');
+    }
+    n.hidden = false;
+  }
+
+  // Calls fn now and then every ms milliseconds after it settles.
+  function every(ms, fn) {
+    const run = async () => {
+      try { await fn(); } catch (e) { console.error(e); }
+      setTimeout(run, ms);
+    };
+    run();
+  }
+
+  function markNav() {
+    const page = document.body.dataset.page;
+    for (const a of document.querySelectorAll('nav a')) {
+      if (a.dataset.nav === page) a.setAttribute('aria-current', 'page');
+    }
+  }
+  document.addEventListener('DOMContentLoaded', markNav);
+
+  return { get, el, setText, dur, adminUrl, leaderAdmin, follow, every, setConn };
+})();
