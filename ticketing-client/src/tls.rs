@@ -138,8 +138,7 @@ pub(crate) fn client_config(tls: &Tls, client_cert: Option<&ClientCert>) -> Resu
 
 /// The TLS server name of `host:port` (brackets of an IPv6 literal removed).
 pub(crate) fn server_name(addr: &str) -> Result<ServerName<'static>> {
-    let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(addr);
-    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let host = ticketing_proto::hostport::tls_host(addr);
     ServerName::try_from(host.to_owned()).map_err(|e| Error::InvalidArgument(format!("tls server name {host:?}: {e}")))
 }
 

@@ -126,7 +126,6 @@ impl PeerTls {
 
 /// The TLS server name of a peer address `host:port` (an IPv6 literal's brackets removed).
 pub fn peer_server_name(addr: &str) -> Result<ServerName<'static>, String> {
-    let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(addr);
-    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let host = ticketing_proto::hostport::tls_host(addr);
     ServerName::try_from(host.to_owned()).map_err(|e| format!("peer address {addr:?}: not a TLS server name: {e}"))
 }
