@@ -280,7 +280,8 @@ mod tests {
     #[test]
     #[ignore = "needs PostgreSQL: TICKETING_VERIFY_PG_URL and --include-ignored (ticketing-verify/run-tests.sh)"]
     fn the_fence_refuses_a_token_not_above_the_high_water_on_postgres() {
-        let url = std::env::var("TICKETING_VERIFY_PG_URL").expect("TICKETING_VERIFY_PG_URL names a PostgreSQL database");
+        let url =
+            std::env::var("TICKETING_VERIFY_PG_URL").expect("TICKETING_VERIFY_PG_URL names a PostgreSQL database");
         check_fence(&Target::parse(&url));
     }
 
