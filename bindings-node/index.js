@@ -61,16 +61,18 @@ const byCode = {
   AUTH_FAILED: AuthFailedError,
 }
 
-// The native module reports `[CODE] message` (src/error.rs); this turns it
-// into the typed error. The native error is kept as `cause`.
+// The native module rejects with a JS Error whose `code` property is the
+// stable code (src/error.rs); this turns it into the typed error. The native
+// error is kept as `cause`. Any other error (napi's own argument checks)
+// passes unchanged.
+const nativeCodes = new Set(['INVALID_ARGUMENT', 'ABORTED', 'TICKETING', ...Object.keys(byCode)])
+
 function typed(err) {
-  const m = err instanceof Error && /^\[([A-Z_]+)\] ([\s\S]*)$/.exec(err.message)
-  if (!m) return err
-  const [, code, message] = m
-  if (code === 'INVALID_ARGUMENT') return new RangeError(message)
-  if (code === 'ABORTED') return new Error('the operation was aborted', { cause: err })
-  const Cls = byCode[code] || TicketingError
-  return new Cls(message, { cause: err })
+  if (!(err instanceof Error) || !nativeCodes.has(err.code)) return err
+  if (err.code === 'INVALID_ARGUMENT') return new RangeError(err.message, { cause: err })
+  if (err.code === 'ABORTED') return new Error('the operation was aborted', { cause: err })
+  const Cls = byCode[err.code] || TicketingError
+  return new Cls(err.message, { cause: err })
 }
 
 function callSync(f) {

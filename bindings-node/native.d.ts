@@ -4,7 +4,7 @@
 /**
  * The native end of an `AbortSignal`: `cancel()` drops the client future
  * of the acquire it was passed to (the client's cancel semantics), after
- * which that acquire rejects with `[ABORTED]`. Cancelling after the
+ * which that acquire rejects with code `ABORTED`. Cancelling after the
  * acquire settled does nothing.
  */
 export declare class Canceller {
@@ -37,12 +37,12 @@ export declare class NativeBroker {
    * Acquires `key` (seconds as numbers; the client normalizes and
    * validates them): a ticket, or null when not granted within `wait`.
    * With a `canceller`, `cancel()` drops the client future and the
-   * promise rejects with `[ABORTED]` (a result that came first wins).
+   * promise rejects with code `ABORTED` (a result that came first wins).
    */
   acquire(key: string, wait: number, lease: number, budget: number, canceller?: Canceller | undefined | null): Promise<NativeTicket | null>
   /**
    * Closes the broker: live tickets are released best-effort, pending
-   * acquires fail with `[CLOSED]`, the connections close. Idempotent.
+   * acquires fail with code `CLOSED`, the connections close. Idempotent.
    */
   close(): Promise<void>
 }
@@ -60,7 +60,7 @@ export declare class NativeTicket {
   remaining(): number
   /**
    * Releases exactly this grant: true when released, false when it no
-   * longer held the lock; rejects with `[RELEASE_UNCONFIRMED]` without a
+   * longer held the lock; rejects with code `RELEASE_UNCONFIRMED` without a
    * final answer within 5 s.
    */
   release(): Promise<boolean>

@@ -15,7 +15,8 @@
 # with sqlite3/pg for each; a language that still cannot run is a failure.
 # Without those directories the language is reported as skipped.
 #
-# Prints PASS/FAIL per case and, last, `examples: N passed, M failed`.
+# Prints PASS/FAIL/SKIP per case and, last, `examples: N passed, M failed, K skipped`
+# (a case that could not run is skipped, never passed).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
@@ -26,9 +27,11 @@ mkdir -p "$LOGS"
 DEMO="$HERE/ticket-sale/demo"
 passed=0
 failed=0
+skipped=0
 
 pass() { passed=$((passed + 1)); echo "PASS $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && tail -n 40 "$2"; }
+skip() { skipped=$((skipped + 1)); echo "SKIP $1"; }
 root_do() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 apt_get() { root_do env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; }
 
@@ -152,7 +155,7 @@ for lang in ruby node; do
         *) if [ -d "$ROOT/bindings-$lang" ]; then
                fail "$lang seller unavailable although bindings-$lang is here (see the install logs in $LOGS)"
            else
-               echo "SKIP $lang seller: no bindings-$lang in this checkout"
+               skip "$lang seller: no bindings-$lang in this checkout"
            fi;;
     esac
 done
@@ -195,6 +198,8 @@ if [ -n "$langs" ]; then
     if [ "${TICKET_SALE_SKIP_POSTGRES:-0}" != 1 ]; then
         demo_case postgres-chaos 0 "v[\"sold\"] == 30 && v[\"double_sold\"] == 0 && v[\"fence_refusals\"] >= 1" \
             --seats 30 --sellers 1 --db temp-postgres --chaos
+    else
+        skip "demo postgres-chaos: TICKET_SALE_SKIP_POSTGRES=1"
     fi
 else
     fail "demo: no seller language available"
@@ -208,5 +213,5 @@ else
     fail "demo --languages cobol: unclear error" "$LOGS/demo-usage.log"
 fi
 
-echo "examples: $passed passed, $failed failed"
+echo "examples: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

@@ -19,7 +19,7 @@ use std::future::Future;
 use napi::bindgen_prelude::{Object, ToNapiValue};
 use napi::{Env, JsDeferred};
 
-use crate::error::{to_napi, Failure};
+use crate::error::{napi_failed, Failure, JsResult};
 
 type Resolver<V> = Box<dyn FnOnce(Env) -> napi::Result<V> + Send>;
 
@@ -30,29 +30,35 @@ struct Settle<V: ToNapiValue>(Option<JsDeferred<V, Resolver<V>>>);
 impl<V: ToNapiValue> Drop for Settle<V> {
     fn drop(&mut self) {
         if let Some(d) = self.0.take() {
-            d.reject(to_napi(Failure::Lost));
+            reject(d, Failure::Lost);
         }
     }
+}
+
+/// Rejects with the JS error of `f`, built on the JS thread (so that it
+/// carries its `code` property).
+fn reject<V: ToNapiValue>(d: JsDeferred<V, Resolver<V>>, f: Failure) {
+    d.resolve(Box::new(move |env| Err(f.into_rejection(env))));
 }
 
 /// Spawns `fut` on the client runtime and returns a promise for it: on
 /// success it resolves to `convert(value)` (called on the JS thread), on
 /// failure it rejects with the mapped error.
-pub(crate) fn promise<'e, T, V, F, C>(env: &'e Env, fut: F, convert: C) -> napi::Result<Object<'e>>
+pub(crate) fn promise<'e, T, V, F, C>(env: &'e Env, fut: F, convert: C) -> JsResult<Object<'e>>
 where
     F: Future<Output = Result<T, Failure>> + Send + 'static,
     T: Send + 'static,
     V: ToNapiValue + 'static,
     C: FnOnce(T) -> V + Send + 'static,
 {
-    let (deferred, promise) = env.create_deferred::<V, Resolver<V>>()?;
+    let (deferred, promise) = env.create_deferred::<V, Resolver<V>>().map_err(napi_failed)?;
     let mut settle = Settle(Some(deferred));
     ticketing_client::runtime().spawn(async move {
         let out = fut.await;
         if let Some(d) = settle.0.take() {
             match out {
                 Ok(value) => d.resolve(Box::new(move |_env| Ok(convert(value)))),
-                Err(f) => d.reject(to_napi(f)),
+                Err(f) => reject(d, f),
             }
         }
     });

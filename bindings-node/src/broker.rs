@@ -10,12 +10,12 @@ use ticketing_client::{TicketBroker, Tls};
 use tokio::sync::watch;
 
 use crate::bridge;
-use crate::error::{client, invalid, Failure};
+use crate::error::{client, invalid, Code, Failure};
 use crate::ticket::NativeTicket;
 
 /// The native end of an `AbortSignal`: `cancel()` drops the client future
 /// of the acquire it was passed to (the client's cancel semantics), after
-/// which that acquire rejects with `[ABORTED]`. Cancelling after the
+/// which that acquire rejects with code `ABORTED`. Cancelling after the
 /// acquire settled does nothing.
 #[napi]
 pub struct Canceller {
@@ -69,7 +69,7 @@ impl NativeBroker {
         tls: Option<String>,
         tls_client_cert: Option<String>,
         tls_client_key: Option<String>,
-    ) -> napi::Result<Self> {
+    ) -> napi::Result<Self, Code> {
         let tls: Tls = tls.as_deref().unwrap_or("off").parse().map_err(client)?;
         let builder = TicketBroker::builder(addrs).tls(tls).with_optional(token, tls_client_cert, tls_client_key);
         Ok(NativeBroker { inner: builder.build().map_err(client)? })
@@ -78,14 +78,14 @@ impl NativeBroker {
     /// A broker for one address; resolves once the first connection
     /// attempts have settled (ready or failed, at most 5 s).
     #[napi(ts_return_type = "Promise<NativeBroker>")]
-    pub fn connect(env: &Env, addr: String) -> napi::Result<Object<'_>> {
+    pub fn connect(env: &Env, addr: String) -> napi::Result<Object<'_>, Code> {
         bridge::promise(env, async move { Ok(TicketBroker::connect(&addr).await?) }, |inner| NativeBroker { inner })
     }
 
     /// Resolves to true once a request can be routed, false after
     /// `seconds` (or when closed).
     #[napi(ts_return_type = "Promise<boolean>")]
-    pub fn wait_ready<'e>(&self, env: &'e Env, seconds: f64) -> napi::Result<Object<'e>> {
+    pub fn wait_ready<'e>(&self, env: &'e Env, seconds: f64) -> napi::Result<Object<'e>, Code> {
         let timeout = Duration::try_from_secs_f64(seconds)
             .map_err(|e| invalid(format!("seconds must be a finite number ≥ 0: {e} (got {seconds})")))?;
         let inner = self.inner.clone();
@@ -95,7 +95,7 @@ impl NativeBroker {
     /// Acquires `key` (seconds as numbers; the client normalizes and
     /// validates them): a ticket, or null when not granted within `wait`.
     /// With a `canceller`, `cancel()` drops the client future and the
-    /// promise rejects with `[ABORTED]` (a result that came first wins).
+    /// promise rejects with code `ABORTED` (a result that came first wins).
     #[napi(ts_return_type = "Promise<NativeTicket | null>")]
     pub fn acquire<'e>(
         &self,
@@ -105,7 +105,7 @@ impl NativeBroker {
         lease: f64,
         budget: f64,
         canceller: Option<&Canceller>,
-    ) -> napi::Result<Object<'e>> {
+    ) -> napi::Result<Object<'e>, Code> {
         let inner = self.inner.clone();
         let rx = canceller.map(|c| c.tx.subscribe());
         let fut = async move {
@@ -123,9 +123,9 @@ impl NativeBroker {
     }
 
     /// Closes the broker: live tickets are released best-effort, pending
-    /// acquires fail with `[CLOSED]`, the connections close. Idempotent.
+    /// acquires fail with code `CLOSED`, the connections close. Idempotent.
     #[napi(ts_return_type = "Promise<void>")]
-    pub fn close<'e>(&self, env: &'e Env) -> napi::Result<Object<'e>> {
+    pub fn close<'e>(&self, env: &'e Env) -> napi::Result<Object<'e>, Code> {
         let inner = self.inner.clone();
         bridge::promise(
             env,

@@ -1,22 +1,42 @@
 //! Client errors as JS errors for the JS layer to re-type.
 //!
-//! napi-rs rejects a promise with a plain `Error`; the stable code travels
-//! as a `[CODE] ` prefix of its message, which `index.js` strips to build
-//! the typed error (`BusyError`, `RangeError`, …). The prefix format is
-//! private to this package.
+//! Every error this module builds is a JS `Error` whose `code` property is
+//! the stable code (`BUSY`, `INVALID_ARGUMENT`, `ABORTED`, …), set by napi
+//! from the error's status string; `index.js` picks the typed class
+//! (`BusyError`, `RangeError`, …) by that property. The message is the
+//! client's, without any prefix.
 
+use napi::bindgen_prelude::JsError;
+use napi::Env;
 use ticketing_client::Error;
+
+/// The result of a native call: a JS error carries its code as status.
+pub(crate) type JsResult<T> = napi::Result<T, Code>;
+
+/// The stable code of a native error: the JS `err.code`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Code(&'static str);
+
+impl AsRef<str> for Code {
+    fn as_ref(&self) -> &str {
+        self.0
+    }
+}
 
 /// Why a bridged operation ended without a value.
 #[derive(Debug)]
 pub(crate) enum Failure {
     /// The client's typed error.
     Client(Error),
+    /// A bad argument found by the binding itself (before the client).
+    Invalid(String),
     /// Cancelled through the acquire's `Canceller` (an `AbortSignal`): the
     /// client future was dropped before this was reported.
     Aborted,
     /// The task ended without a result (only when the runtime shuts down).
     Lost,
+    /// napi itself failed (creating a promise, converting a value).
+    Napi(napi::Error),
 }
 
 impl From<Error> for Failure {
@@ -41,23 +61,52 @@ fn code(err: &Error) -> &'static str {
     }
 }
 
-/// The JS error for a failure: `[CODE] message`.
-pub(crate) fn to_napi(f: Failure) -> napi::Error {
-    let text = match f {
-        Failure::Client(Error::InvalidArgument(why)) => format!("[INVALID_ARGUMENT] {why}"),
-        Failure::Client(e) => format!("[{}] {e}", code(&e)),
-        Failure::Aborted => "[ABORTED] the operation was aborted".to_string(),
-        Failure::Lost => "[TICKETING] the client task ended without a result (runtime shut down)".to_string(),
-    };
-    napi::Error::from_reason(text)
+impl Failure {
+    /// The code and the message of the JS error.
+    fn parts(self) -> (Code, String) {
+        match self {
+            // The cause alone: "invalid argument: " would only repeat the class (RangeError).
+            Failure::Client(Error::InvalidArgument(cause)) => (Code("INVALID_ARGUMENT"), cause.to_string()),
+            Failure::Client(e) => (Code(code(&e)), e.to_string()),
+            Failure::Invalid(why) => (Code("INVALID_ARGUMENT"), why),
+            Failure::Aborted => (Code("ABORTED"), "the operation was aborted".to_owned()),
+            Failure::Lost => {
+                (Code("TICKETING"), "the client task ended without a result (runtime shut down)".to_owned())
+            }
+            Failure::Napi(e) => (Code("TICKETING"), format!("{}: {}", e.status, e.reason)),
+        }
+    }
+
+    /// The error, to be thrown by a synchronous native call.
+    pub(crate) fn into_js(self) -> napi::Error<Code> {
+        let (code, message) = self.parts();
+        napi::Error::new(code, message)
+    }
+
+    /// The error as a JS value built on the JS thread (`env`), for a
+    /// promise to reject with: napi passes such an error on as it is.
+    pub(crate) fn into_rejection(self, env: Env) -> napi::Error {
+        napi::Error::from(JsError::from(self.into_js()).into_unknown(env))
+    }
+}
+
+impl From<napi::Error> for Failure {
+    fn from(e: napi::Error) -> Self {
+        Failure::Napi(e)
+    }
 }
 
 /// A synchronous client error (constructor arguments, TLS option).
-pub(crate) fn client(e: Error) -> napi::Error {
-    to_napi(Failure::Client(e))
+pub(crate) fn client(e: Error) -> napi::Error<Code> {
+    Failure::Client(e).into_js()
 }
 
 /// A bad argument found by the binding itself (before the client).
-pub(crate) fn invalid(why: impl std::fmt::Display) -> napi::Error {
-    to_napi(Failure::Client(Error::InvalidArgument(why.to_string())))
+pub(crate) fn invalid(why: impl std::fmt::Display) -> napi::Error<Code> {
+    Failure::Invalid(why.to_string()).into_js()
+}
+
+/// napi's own failure (creating a promise), as a native error.
+pub(crate) fn napi_failed(e: napi::Error) -> napi::Error<Code> {
+    Failure::Napi(e).into_js()
 }

@@ -42,10 +42,10 @@ impl NativeTicket {
     }
 
     /// Releases exactly this grant: true when released, false when it no
-    /// longer held the lock; rejects with `[RELEASE_UNCONFIRMED]` without a
+    /// longer held the lock; rejects with code `RELEASE_UNCONFIRMED` without a
     /// final answer within 5 s.
     #[napi(ts_return_type = "Promise<boolean>")]
-    pub fn release<'e>(&self, env: &'e Env) -> napi::Result<Object<'e>> {
+    pub fn release<'e>(&self, env: &'e Env) -> napi::Result<Object<'e>, crate::error::Code> {
         let inner = Arc::clone(&self.inner);
         bridge::promise(env, async move { Ok(inner.release().await?) }, |released| released)
     }

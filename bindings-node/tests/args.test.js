@@ -89,7 +89,13 @@ test('constructor: TypeError for wrong types, RangeError for bad values, thrown 
   assert.throws(() => new TicketBroker(['127.0.0.1:1'], { token: 123 }), TypeError)
   assert.throws(() => new TicketBroker(['127.0.0.1:1'], { tls: true }), TypeError)
   assert.throws(() => new TicketBroker([]), RangeError)
-  assert.throws(() => new TicketBroker(['no-port']), RangeError)
+  assert.throws(() => new TicketBroker(['no-port']), (e) => {
+    // The native error's code is a property (never parsed out of the text).
+    assert.ok(e instanceof RangeError, String(e))
+    assert.equal(e.cause.code, 'INVALID_ARGUMENT')
+    assert.equal(e.message, 'address "no-port" must be host:port with a port in 1-65535')
+    return true
+  })
   assert.throws(() => new TicketBroker(['127.0.0.1:1'], { tls: '' }), RangeError)
   assert.throws(() => new TicketBroker(['127.0.0.1:1'], { tls: '/nonexistent/ca.pem' }), RangeError)
 })

@@ -148,6 +148,8 @@ test('close: pending acquires and later calls reject with CLOSED; close is idemp
   await b.close()
   const e = await pending
   assert.ok(e instanceof ClosedError && e.code === 'CLOSED', String(e))
+  assert.equal(e.cause.code, 'CLOSED', 'the native error carries the code as a property')
+  assert.equal(e.message, 'closed: the broker is closed')
   await assert.rejects(b.acquire(k, 0, 5), ClosedError)
   assert.equal(await b.waitReady(1), false)
   await b.close()

@@ -22,7 +22,7 @@ pyo3::import_exception!(ticketing._errors, AuthFailedError);
 pub(crate) fn to_pyerr(err: Error) -> PyErr {
     let msg = err.to_string();
     match err {
-        Error::InvalidArgument(text) => PyValueError::new_err(text),
+        Error::InvalidArgument(cause) => PyValueError::new_err(cause.to_string()),
         Error::Busy => BusyError::new_err(msg),
         Error::Indeterminate => IndeterminateError::new_err(msg),
         Error::InsufficientTime => InsufficientTimeError::new_err(msg),

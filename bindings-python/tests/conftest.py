@@ -11,8 +11,10 @@ import os
 import socket
 import subprocess
 import sys
+import json
 import tempfile
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -56,7 +58,7 @@ def _bound(port: int) -> bool:
 
 
 class Server:
-    """A running server process; ``addr`` is its client address."""
+    """A running server process; ``addr`` is its client address, ``admin`` its admin port."""
 
     def __init__(self, extra_env: dict[str, str] | None = None, tls: bool = False) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TICKETING_")}
@@ -66,9 +68,10 @@ class Server:
         for _attempt in range(5):  # the free port may be taken before the server binds it
             port = free_port()
             self.addr = f"127.0.0.1:{port}"
+            self.admin = free_port()
             self.log = tempfile.TemporaryFile()
             self.proc = subprocess.Popen(
-                [str(server_bin()), "--listen", self.addr],
+                [str(server_bin()), "--listen", self.addr, "--admin-listen", f"127.0.0.1:{self.admin}"],
                 env=env,
                 stdout=self.log,
                 stderr=subprocess.STDOUT,
@@ -88,6 +91,24 @@ class Server:
     def stop(self) -> None:
         self._terminate()
         self.log.close()
+
+    def waiters(self, key: str) -> int | None:
+        """Waiters queued on ``key`` according to the admin ``/locks/<key>`` view."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/locks/{key}", timeout=3) as r:
+                return len(json.load(r)["waiters"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def wait_waiters(self, key: str, n: int, timeout: float = 30) -> None:
+        """Waits (bounded) until ``key`` has ``n`` waiters: a condition, not a sleep."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.waiters(key)
+            if got == n:
+                return
+            assert time.monotonic() < deadline, f"key {key}: {got} waiters, expected {n}"
+            time.sleep(0.02)
 
     def _terminate(self) -> None:
         if self.proc.poll() is None:

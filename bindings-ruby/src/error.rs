@@ -30,7 +30,7 @@ fn raise(ruby: &Ruby, name: &str, msg: String) -> Error {
 pub(crate) fn to_rb(ruby: &Ruby, err: ClientError) -> Error {
     let msg = err.to_string();
     match err {
-        ClientError::InvalidArgument(text) => Error::new(ruby.exception_arg_error(), text),
+        ClientError::InvalidArgument(cause) => Error::new(ruby.exception_arg_error(), cause.to_string()),
         ClientError::Busy => raise(ruby, "BusyError", msg),
         ClientError::Indeterminate => raise(ruby, "IndeterminateError", msg),
         ClientError::InsufficientTime => raise(ruby, "InsufficientTimeError", msg),
@@ -115,14 +115,14 @@ mod tests {
                 (ClientError::ReleaseUnconfirmed, "Ticketing::ReleaseUnconfirmedError"),
                 (ClientError::Closed, "Ticketing::ClosedError"),
                 (ClientError::AuthFailed, "Ticketing::AuthFailedError"),
-                (ClientError::InvalidArgument("wait: 256".into()), "ArgumentError"),
+                (ClientError::from(ticketing_client::TlsError::EmptyMode), "ArgumentError"),
             ];
             for (err, class) in cases {
                 let msg = err.to_string();
                 let (got_class, got_msg) = parts(&to_rb(ruby, err.clone()));
                 assert_eq!(got_class, class, "{err:?}");
                 if class == "ArgumentError" {
-                    assert_eq!(got_msg, "wait: 256");
+                    assert_eq!(got_msg, "tls must be off, system-roots, insecure-skip-verify or a CA file path");
                 } else {
                     assert_eq!(got_msg, msg, "the client's message is kept");
                 }

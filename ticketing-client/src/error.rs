@@ -1,11 +1,12 @@
 //! The client's typed errors (docs/client.md, Rust API).
 
 use std::fmt;
-use ticketing_proto::broker::Failure;
+use std::path::PathBuf;
+use ticketing_proto::broker::{ConfigError, Failure};
 use ticketing_proto::params::ParamError;
 
 /// Everything a client call can fail with.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Error {
     /// `B`: refused for capacity. Final: no internal retry; a new acquire
@@ -30,8 +31,9 @@ pub enum Error {
     /// Authentication failed: the server refused the token, or it could not
     /// prove it knows the token (a possible fake server). Nothing was sent.
     AuthFailed,
-    /// A bad key, duration, address or TLS option; nothing was sent.
-    InvalidArgument(String),
+    /// A bad key, duration, address or TLS option; nothing was sent. The
+    /// cause says which ([`std::error::Error::source`] returns it).
+    InvalidArgument(ArgumentError),
 }
 
 impl Error {
@@ -69,16 +71,145 @@ impl fmt::Display for Error {
             Error::AuthFailed => {
                 f.write_str("auth failed: the server refused the token or could not prove it knows it")
             }
-            Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
+            Error::InvalidArgument(cause) => write!(f, "invalid argument: {cause}"),
         }
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::InvalidArgument(cause) => Some(cause),
+            _ => None,
+        }
+    }
+}
+
+/// Why an argument or option was refused ([`Error::InvalidArgument`]):
+/// nothing was sent.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum ArgumentError {
+    /// A key, wait, lease or budget (docs/protocol.md §2).
+    Param(ParamError),
+    /// The addresses (or the pool's limits).
+    Config(ConfigError),
+    /// A TLS option.
+    Tls(TlsError),
+}
+
+impl fmt::Display for ArgumentError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArgumentError::Param(e) => e.fmt(f),
+            ArgumentError::Config(e) => e.fmt(f),
+            ArgumentError::Tls(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ArgumentError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ArgumentError::Param(e) => Some(e),
+            ArgumentError::Config(e) => Some(e),
+            ArgumentError::Tls(e) => Some(e),
+        }
+    }
+}
+
+/// Which PEM file of the TLS options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsFile {
+    /// The client certificate chain.
+    ClientCert,
+    /// The client certificate's private key.
+    ClientKey,
+    /// The CA file the server is verified against.
+    Ca,
+}
+
+/// A refused TLS option (docs/client.md, Rust API; docs/security.md).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// An empty TLS mode.
+    EmptyMode,
+    /// A client certificate without its key, or a key without its certificate.
+    CertWithoutKey,
+    /// A client certificate while TLS is off.
+    CertWithoutTls,
+    /// A PEM file that cannot be read or holds nothing usable.
+    File {
+        /// Which file.
+        file: TlsFile,
+        /// Its path.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The client certificate and key do not fit together.
+    CertKeyMismatch(rustls::Error),
+    /// The crypto provider offers no safe protocol version.
+    Versions(rustls::Error),
+    /// The system store holds no usable certificate.
+    NoSystemRoots,
+    /// The host of an address is not a TLS server name.
+    ServerName {
+        /// The host.
+        host: String,
+    },
+}
+
+impl fmt::Display for TlsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TlsError::EmptyMode => f.write_str("tls must be off, system-roots, insecure-skip-verify or a CA file path"),
+            TlsError::CertWithoutKey => f.write_str("tls client certificate and key must be given together"),
+            TlsError::CertWithoutTls => {
+                f.write_str("tls client certificate given but tls is off: choose a TLS mode too")
+            }
+            TlsError::File { file, path, reason } => {
+                let what = match file {
+                    TlsFile::ClientCert => "tls client certificate",
+                    TlsFile::ClientKey => "tls client key",
+                    TlsFile::Ca => "tls CA file",
+                };
+                write!(f, "{what} {}: {reason}", path.display())
+            }
+            TlsError::CertKeyMismatch(e) => write!(f, "tls client certificate and key do not fit together: {e}"),
+            TlsError::Versions(e) => write!(f, "tls: {e}"),
+            TlsError::NoSystemRoots => f.write_str("tls system-roots: no usable certificate in the system store"),
+            TlsError::ServerName { host } => write!(f, "tls server name {host:?}: invalid dns name"),
+        }
+    }
+}
+
+impl std::error::Error for TlsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TlsError::CertKeyMismatch(e) | TlsError::Versions(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<ParamError> for Error {
     fn from(e: ParamError) -> Self {
-        Error::InvalidArgument(e.to_string())
+        Error::InvalidArgument(ArgumentError::Param(e))
+    }
+}
+
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Self {
+        Error::InvalidArgument(ArgumentError::Config(e))
+    }
+}
+
+impl From<TlsError> for Error {
+    fn from(e: TlsError) -> Self {
+        Error::InvalidArgument(ArgumentError::Tls(e))
     }
 }
 

@@ -44,8 +44,9 @@ mod runtime;
 mod tls;
 mod transport;
 
-pub use error::{Error, Result};
+pub use error::{ArgumentError, Error, Result, TlsError, TlsFile};
 pub use runtime::runtime;
+pub use ticketing_proto::broker::ConfigError;
 pub use ticketing_proto::params::ParamError;
 pub use tls::Tls;
 
@@ -94,8 +95,7 @@ struct Shared {
 
 impl Shared {
     fn spawn_driver(config: &BrokerConfig, tls: &Option<Arc<ClientConfig>>) -> Result<mpsc::Sender<Cmd>> {
-        let broker = Broker::new(Instant::now(), config.clone(), Box::new(rand_core::OsRng))
-            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let broker = Broker::new(Instant::now(), config.clone(), Box::new(rand_core::OsRng))?;
         let (tx, rx) = mpsc::channel(driver::COMMAND_QUEUE);
         runtime::io_runtime().spawn(driver::run(broker, tls.clone(), rx));
         Ok(tx)
@@ -228,11 +228,11 @@ impl Builder {
     /// Works from inside or outside any tokio runtime.
     pub fn build(self) -> Result<TicketBroker> {
         let config = BrokerConfig::new(self.addrs, self.token.expose());
-        config.validate().map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        config.validate()?;
         let client_cert = match (self.tls_client_cert, self.tls_client_key) {
             (Some(cert), Some(key)) => Some(tls::ClientCert { cert, key }),
             (None, None) => None,
-            _ => return Err(Error::InvalidArgument("tls client certificate and key must be given together".into())),
+            _ => return Err(TlsError::CertWithoutKey.into()),
         };
         let tls = tls::client_config(&self.tls, client_cert.as_ref())?;
         if tls.is_some() {
@@ -590,11 +590,17 @@ mod tests {
     fn bad_arguments_are_invalid_argument() {
         assert_eq!(TicketBroker::builder(Vec::<String>::new()).build().unwrap_err().code(), "invalid_argument");
         assert_eq!(TicketBroker::builder(["no-port"]).build().unwrap_err().code(), "invalid_argument");
+        let e = TicketBroker::builder(["no-port"]).build().unwrap_err();
+        assert_eq!(e, ConfigError::AddressPort { addr: "no-port".into() }.into());
+        let cause = std::error::Error::source(&e).expect("a cause");
+        assert_eq!(cause.to_string(), r#"address "no-port" must be host:port with a port in 1-65535"#);
+        let e = TicketBroker::builder(["127.0.0.1:1"]).tls_client_cert("c.pem").build().unwrap_err();
+        assert_eq!(e, TlsError::CertWithoutKey.into());
         let b = TicketBroker::builder(["127.0.0.1:1"]).build().unwrap();
         let e = runtime().block_on(b.acquire_secs("k", f64::NAN, 1.0, 0.0)).unwrap_err();
         assert_eq!(e.code(), "invalid_argument");
         let e = runtime().block_on(b.acquire_secs("bad key", 0.0, 1.0, 0.0)).unwrap_err();
-        assert!(matches!(e, Error::InvalidArgument(_)));
+        assert_eq!(e, ParamError::Key { key: "bad key".into() }.into());
         let e = runtime().block_on(b.acquire_secs("k", 0.0, 1.0, 2.0)).unwrap_err();
         assert!(matches!(e, Error::InvalidArgument(_)));
         runtime().block_on(b.close());

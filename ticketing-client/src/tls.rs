@@ -3,7 +3,7 @@
 //! With TLS on, a client certificate and key (PEM files) can be presented to
 //! a server that requires one (`--tls-client-ca`, docs/security.md).
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TlsError, TlsFile};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
@@ -37,11 +37,7 @@ impl FromStr for Tls {
             "off" => Tls::Off,
             "system-roots" => Tls::SystemRoots,
             "insecure-skip-verify" => Tls::InsecureSkipVerify,
-            "" => {
-                return Err(Error::InvalidArgument(
-                    "tls must be off, system-roots, insecure-skip-verify or a CA file path".into(),
-                ))
-            }
+            "" => return Err(TlsError::EmptyMode.into()),
             path => Tls::CaFile(PathBuf::from(path)),
         })
     }
@@ -58,20 +54,24 @@ pub(crate) struct ClientCert {
     pub(crate) key: PathBuf,
 }
 
+/// A PEM file that cannot be used.
+fn bad(file: TlsFile, path: &Path, reason: String) -> Error {
+    TlsError::File { file, path: path.to_owned(), reason }.into()
+}
+
 /// The client certificate chain and key of `id`, read now.
 fn identity(id: &ClientCert) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
-    let bad = |what: &str, p: &Path, e: &dyn std::fmt::Display| {
-        Error::InvalidArgument(format!("tls client {what} {}: {e}", p.display()))
-    };
     let certs = CertificateDer::pem_file_iter(&id.cert)
         .and_then(|c| c.collect::<std::result::Result<Vec<_>, _>>())
-        .map_err(|e| bad("certificate", &id.cert, &format!("{e:?}")))?;
+        .map_err(|e| bad(TlsFile::ClientCert, &id.cert, format!("{e:?}")))?;
     if certs.is_empty() {
-        return Err(bad("certificate", &id.cert, &"no PEM certificate found"));
+        return Err(bad(TlsFile::ClientCert, &id.cert, "no PEM certificate found".into()));
     }
     let key = PrivateKeyDer::from_pem_file(&id.key).map_err(|e| match e {
-        rustls::pki_types::pem::Error::NoItemsFound => bad("key", &id.key, &"no PEM private key found"),
-        e => bad("key", &id.key, &format!("{e:?}")),
+        rustls::pki_types::pem::Error::NoItemsFound => {
+            bad(TlsFile::ClientKey, &id.key, "no PEM private key found".into())
+        }
+        e => bad(TlsFile::ClientKey, &id.key, format!("{e:?}")),
     })?;
     Ok((certs, key))
 }
@@ -81,11 +81,7 @@ fn identity(id: &ClientCert) -> Result<(Vec<CertificateDer<'static>>, PrivateKey
 /// client certificate now, so a bad option fails at build time.
 pub(crate) fn client_config(tls: &Tls, client_cert: Option<&ClientCert>) -> Result<Option<Arc<ClientConfig>>> {
     let identity = match client_cert {
-        Some(_) if *tls == Tls::Off => {
-            return Err(Error::InvalidArgument(
-                "tls client certificate given but tls is off: choose a TLS mode too".into(),
-            ))
-        }
+        Some(_) if *tls == Tls::Off => return Err(TlsError::CertWithoutTls.into()),
         Some(id) => Some(identity(id)?),
         None => None,
     };
@@ -93,11 +89,11 @@ pub(crate) fn client_config(tls: &Tls, client_cert: Option<&ClientCert>) -> Resu
         None => Ok(b.with_no_client_auth()),
         Some((certs, key)) => b
             .with_client_auth_cert(certs.clone(), key.clone_key())
-            .map_err(|e| Error::InvalidArgument(format!("tls client certificate and key do not fit together: {e}"))),
+            .map_err(|e| Error::from(TlsError::CertKeyMismatch(e))),
     };
     let builder = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| Error::InvalidArgument(format!("tls: {e}")))?;
+        .map_err(TlsError::Versions)?;
     let config = match tls {
         Tls::Off => return Ok(None),
         Tls::SystemRoots => {
@@ -107,25 +103,19 @@ pub(crate) fn client_config(tls: &Tls, client_cert: Option<&ClientCert>) -> Resu
                 let _ = roots.add(cert);
             }
             if roots.is_empty() {
-                return Err(Error::InvalidArgument(
-                    "tls system-roots: no usable certificate in the system store".into(),
-                ));
+                return Err(TlsError::NoSystemRoots.into());
             }
             finish(builder.with_root_certificates(roots))?
         }
         Tls::CaFile(path) => {
-            let pem = std::fs::read(path)
-                .map_err(|e| Error::InvalidArgument(format!("tls CA file {}: {e}", path.display())))?;
+            let pem = std::fs::read(path).map_err(|e| bad(TlsFile::Ca, path, e.to_string()))?;
             let mut roots = RootCertStore::empty();
             for cert in CertificateDer::pem_slice_iter(&pem) {
-                let cert = cert.map_err(|e| Error::InvalidArgument(format!("tls CA file {}: {e}", path.display())))?;
-                roots.add(cert).map_err(|e| Error::InvalidArgument(format!("tls CA file {}: {e}", path.display())))?;
+                let cert = cert.map_err(|e| bad(TlsFile::Ca, path, e.to_string()))?;
+                roots.add(cert).map_err(|e| bad(TlsFile::Ca, path, e.to_string()))?;
             }
             if roots.is_empty() {
-                return Err(Error::InvalidArgument(format!(
-                    "tls CA file {}: no PEM certificate found",
-                    path.display()
-                )));
+                return Err(bad(TlsFile::Ca, path, "no PEM certificate found".into()));
             }
             finish(builder.with_root_certificates(roots))?
         }
@@ -138,9 +128,8 @@ pub(crate) fn client_config(tls: &Tls, client_cert: Option<&ClientCert>) -> Resu
 
 /// The TLS server name of `host:port` (brackets of an IPv6 literal removed).
 pub(crate) fn server_name(addr: &str) -> Result<ServerName<'static>> {
-    let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(addr);
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    ServerName::try_from(host.to_owned()).map_err(|e| Error::InvalidArgument(format!("tls server name {host:?}: {e}")))
+    let host = ticketing_proto::hostport::tls_host(addr);
+    ServerName::try_from(host.to_owned()).map_err(|_| TlsError::ServerName { host: host.to_owned() }.into())
 }
 
 /// Accepts any certificate; handshake signatures are still checked.
@@ -201,9 +190,19 @@ mod tests {
         assert!(client_config(&Tls::InsecureSkipVerify, None).unwrap().is_some());
         let missing = client_config(&Tls::CaFile("/nonexistent/ca.pem".into()), None).unwrap_err();
         assert_eq!(missing.code(), "invalid_argument");
+        assert!(
+            matches!(&missing, Error::InvalidArgument(crate::ArgumentError::Tls(TlsError::File { file: TlsFile::Ca, path, .. }))
+                if path.ends_with("ca.pem")),
+            "{missing:?}"
+        );
+        assert_eq!("".parse::<Tls>().unwrap_err(), TlsError::EmptyMode.into());
         assert!(server_name("127.0.0.1:5225").is_ok());
         assert!(server_name("[::1]:5225").is_ok());
         assert!(server_name("example.com:5225").is_ok());
+        assert_eq!(
+            server_name("bad_host!:5225").unwrap_err(),
+            TlsError::ServerName { host: "bad_host!".into() }.into()
+        );
     }
 
     #[test]
@@ -221,10 +220,15 @@ mod tests {
             .client_auth_cert_resolver
             .has_certs());
         let off = client_config(&Tls::Off, Some(&id)).unwrap_err();
+        assert_eq!(off, TlsError::CertWithoutTls.into());
         assert!(off.to_string().contains("tls is off"), "{off}");
         let swapped = ClientCert { cert: key.clone(), key: cert.clone() };
         let e = client_config(&Tls::InsecureSkipVerify, Some(&swapped)).unwrap_err();
         assert_eq!(e.code(), "invalid_argument");
+        assert!(
+            matches!(&e, Error::InvalidArgument(crate::ArgumentError::Tls(TlsError::File { path, .. })) if *path == key),
+            "{e:?}"
+        );
         let missing = ClientCert { cert: dir.join("none.pem"), key };
         assert!(client_config(&Tls::InsecureSkipVerify, Some(&missing)).unwrap_err().to_string().contains("none.pem"));
         let _ = std::fs::remove_dir_all(dir);

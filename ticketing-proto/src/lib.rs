@@ -17,6 +17,7 @@ pub mod broker;
 pub mod deadline;
 pub mod field;
 pub mod frame;
+pub mod hostport;
 pub mod lane;
 pub mod limits;
 pub mod op;

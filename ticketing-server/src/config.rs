@@ -351,6 +351,112 @@ impl Default for Config {
 
 /// A listen address must be `host:port` that resolves (`--listen nonsense`
 /// is a configuration error, exit 2; a port in use is a run-time error).
+/// `--peers` trimmed, checked for the 3-or-5 rule and duplicates; `--bootstrap` needs them.
+fn resolve_peers(peers: Vec<String>, bootstrap: bool) -> Result<Vec<String>, ConfigError> {
+    let peers: Vec<String> = peers.iter().map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect();
+    if !peers.is_empty() && !crate::cluster::peer_count_ok(peers.len()) {
+        return Err(invalid(
+            "--peers",
+            format!(
+                "must list all members of the cluster, self included: exactly 3 or 5 addresses \
+                 (or none for standalone mode), got {}",
+                peers.len()
+            ),
+        ));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for p in &peers {
+        if !seen.insert(p) {
+            return Err(invalid("--peers", format!("lists {p:?} twice")));
+        }
+    }
+    if bootstrap && peers.is_empty() {
+        return Err(invalid("--bootstrap", "needs --peers (cluster mode)"));
+    }
+    Ok(peers)
+}
+
+/// The TLS options that only work together.
+fn check_tls_options(cli: &Cli) -> Result<(), ConfigError> {
+    if cli.tls_cert.is_some() != cli.tls_key.is_some() {
+        return Err(invalid("--tls-cert", "--tls-cert and --tls-key must be given together"));
+    }
+    if cli.tls_client_ca.is_some() && cli.tls_cert.is_none() {
+        return Err(invalid("--tls-client-ca", "client certificates need TLS on the client port (--tls-cert)"));
+    }
+    let given = [cli.peer_tls_cert.is_some(), cli.peer_tls_key.is_some(), cli.peer_tls_ca.is_some()];
+    if given.iter().any(|g| *g) && !given.iter().all(|g| *g) {
+        return Err(invalid(
+            "--peer-tls-cert",
+            "mutual TLS between peers needs all three of --peer-tls-cert, --peer-tls-key and --peer-tls-ca (or none)",
+        ));
+    }
+    Ok(())
+}
+
+/// The limits with their defaults, each within its range.
+fn resolve_limits(cli: &Cli) -> Result<Limits, ConfigError> {
+    let dl = Limits::default();
+    let limits = Limits {
+        max_waiters_per_key: cli.max_waiters_per_key.unwrap_or(dl.max_waiters_per_key),
+        max_waiters: cli.max_waiters.unwrap_or(dl.max_waiters),
+        max_held_keys: cli.max_held_keys.unwrap_or(dl.max_held_keys),
+        max_pending_per_conn: cli.max_pending_per_conn.unwrap_or(dl.max_pending_per_conn),
+        max_connections: cli.max_connections.unwrap_or(dl.max_connections),
+        max_write_buffer_bytes: cli.max_write_buffer_bytes.unwrap_or(dl.max_write_buffer_bytes),
+        max_peer_connections: cli.max_peer_connections.unwrap_or(dl.max_peer_connections),
+        tick_ms: cli.tick_ms.unwrap_or(dl.tick_ms),
+    };
+    if !(10..=60_000).contains(&limits.tick_ms) {
+        return Err(invalid("--tick-ms", format!("must be in 10-60000 ms, got {}", limits.tick_ms)));
+    }
+    const MAX_LIMIT: usize = 1 << 30;
+    for (name, value) in [
+        ("--max-waiters-per-key", limits.max_waiters_per_key),
+        ("--max-waiters", limits.max_waiters),
+        ("--max-held-keys", limits.max_held_keys),
+        ("--max-pending-per-conn", limits.max_pending_per_conn),
+        ("--max-connections", limits.max_connections),
+        ("--max-write-buffer-bytes", limits.max_write_buffer_bytes),
+        ("--max-peer-connections", limits.max_peer_connections),
+    ] {
+        if value > MAX_LIMIT {
+            return Err(invalid(name, format!("must be at most {MAX_LIMIT}, got {value}")));
+        }
+    }
+    // A write buffer must hold at least one whole frame.
+    if limits.max_write_buffer_bytes < MAX_FRAME {
+        return Err(invalid(
+            "--max-write-buffer-bytes",
+            format!("must be at least {MAX_FRAME} (one frame), got {}", limits.max_write_buffer_bytes),
+        ));
+    }
+    if limits.max_peer_connections == 0 {
+        return Err(invalid("--max-peer-connections", "must be at least 1"));
+    }
+    Ok(limits)
+}
+
+/// Raft's heartbeat and election timeouts (ms), in the order they must keep.
+fn raft_timing(cli: &Cli, d: &Config) -> Result<(u64, u64, u64), ConfigError> {
+    let heartbeat_ms = cli.heartbeat_ms.unwrap_or(d.heartbeat_ms);
+    let election_timeout_min_ms = cli.election_timeout_min_ms.unwrap_or(d.election_timeout_min_ms);
+    let election_timeout_max_ms = cli.election_timeout_max_ms.unwrap_or(d.election_timeout_max_ms);
+    if heartbeat_ms == 0 {
+        return Err(invalid("--heartbeat-ms", "must be at least 1"));
+    }
+    if election_timeout_min_ms <= heartbeat_ms || election_timeout_max_ms <= election_timeout_min_ms {
+        return Err(invalid(
+            "--election-timeout-min-ms",
+            format!(
+                "timing must satisfy heartbeat-ms < election-timeout-min-ms < election-timeout-max-ms, \
+                 got {heartbeat_ms} / {election_timeout_min_ms} / {election_timeout_max_ms}"
+            ),
+        ));
+    }
+    Ok((heartbeat_ms, election_timeout_min_ms, election_timeout_max_ms))
+}
+
 fn check_address(setting: &'static str, addr: &str) -> Result<(), ConfigError> {
     match addr.to_socket_addrs().map(|mut addrs| addrs.next()) {
         Ok(Some(_)) => Ok(()),
@@ -467,11 +573,19 @@ impl Config {
     }
 
     /// Completes `cli` (flags and environment) with the config file and
-    /// defaults, reads the token files and validates everything.
+    /// defaults, reads the token files and validates everything. Steps:
+    /// the file, the TLS options, the limits, the timing, the cluster
+    /// membership, the token files, the addresses.
     pub fn resolve(cli: Cli) -> Result<Config, ConfigError> {
         let cli = cli.with_file()?;
         let d = Config::default();
-        let dl = Limits::default();
+        check_tls_options(&cli)?;
+        let limits = resolve_limits(&cli)?;
+        let handshake_timeout = seconds("--handshake-timeout", cli.handshake_timeout, d.handshake_timeout)?;
+        let peer_handshake_timeout =
+            seconds("--peer-handshake-timeout", cli.peer_handshake_timeout, d.peer_handshake_timeout)?;
+        let peer_frame_timeout = seconds("--peer-frame-timeout", cli.peer_frame_timeout, d.peer_frame_timeout)?;
+        let (heartbeat_ms, election_timeout_min_ms, election_timeout_max_ms) = raft_timing(&cli, &d)?;
 
         let listen = cli.listen.unwrap_or(d.listen);
         let advertise = match cli.advertise {
@@ -480,111 +594,9 @@ impl Config {
             })?),
             None => None,
         };
-        let peers: Vec<String> = cli.peers.unwrap_or_default();
-        let peers: Vec<String> = peers.iter().map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect();
-        if !peers.is_empty() && !crate::cluster::peer_count_ok(peers.len()) {
-            return Err(invalid(
-                "--peers",
-                format!(
-                    "must list all members of the cluster, self included: exactly 3 or 5 addresses \
-                     (or none for standalone mode), got {}",
-                    peers.len()
-                ),
-            ));
-        }
-        let mut seen = std::collections::HashSet::new();
-        for p in &peers {
-            if !seen.insert(p) {
-                return Err(invalid("--peers", format!("lists {p:?} twice")));
-            }
-        }
-        let bootstrap = cli.bootstrap;
-        if bootstrap && peers.is_empty() {
-            return Err(invalid("--bootstrap", "needs --peers (cluster mode)"));
-        }
-
-        let client_tokens_file = cli.client_tokens_file;
-        let client_tokens = client_tokens(client_tokens_file.as_deref())?;
-        let peer_token_file = cli.peer_token_file;
-        let peer_tokens = peer_tokens(peer_token_file.as_deref())?;
-
-        let tls_cert = cli.tls_cert;
-        let tls_key = cli.tls_key;
-        if tls_cert.is_some() != tls_key.is_some() {
-            return Err(invalid("--tls-cert", "--tls-cert and --tls-key must be given together"));
-        }
-        let tls_client_ca = cli.tls_client_ca;
-        if tls_client_ca.is_some() && tls_cert.is_none() {
-            return Err(invalid("--tls-client-ca", "client certificates need TLS on the client port (--tls-cert)"));
-        }
-        let (peer_tls_cert, peer_tls_key, peer_tls_ca) = (cli.peer_tls_cert, cli.peer_tls_key, cli.peer_tls_ca);
-        let given = [peer_tls_cert.is_some(), peer_tls_key.is_some(), peer_tls_ca.is_some()];
-        if given.iter().any(|g| *g) && !given.iter().all(|g| *g) {
-            return Err(invalid(
-                "--peer-tls-cert",
-                "mutual TLS between peers needs all three of --peer-tls-cert, --peer-tls-key and --peer-tls-ca (or none)",
-            ));
-        }
-
-        let limits = Limits {
-            max_waiters_per_key: cli.max_waiters_per_key.unwrap_or(dl.max_waiters_per_key),
-            max_waiters: cli.max_waiters.unwrap_or(dl.max_waiters),
-            max_held_keys: cli.max_held_keys.unwrap_or(dl.max_held_keys),
-            max_pending_per_conn: cli.max_pending_per_conn.unwrap_or(dl.max_pending_per_conn),
-            max_connections: cli.max_connections.unwrap_or(dl.max_connections),
-            max_write_buffer_bytes: cli.max_write_buffer_bytes.unwrap_or(dl.max_write_buffer_bytes),
-            max_peer_connections: cli.max_peer_connections.unwrap_or(dl.max_peer_connections),
-            tick_ms: cli.tick_ms.unwrap_or(dl.tick_ms),
-        };
-        if !(10..=60_000).contains(&limits.tick_ms) {
-            return Err(invalid("--tick-ms", format!("must be in 10-60000 ms, got {}", limits.tick_ms)));
-        }
-
-        const MAX_LIMIT: usize = 1 << 30;
-        for (name, value) in [
-            ("--max-waiters-per-key", limits.max_waiters_per_key),
-            ("--max-waiters", limits.max_waiters),
-            ("--max-held-keys", limits.max_held_keys),
-            ("--max-pending-per-conn", limits.max_pending_per_conn),
-            ("--max-connections", limits.max_connections),
-            ("--max-write-buffer-bytes", limits.max_write_buffer_bytes),
-            ("--max-peer-connections", limits.max_peer_connections),
-        ] {
-            if value > MAX_LIMIT {
-                return Err(invalid(name, format!("must be at most {MAX_LIMIT}, got {value}")));
-            }
-        }
-
-        // A write buffer must hold at least one whole frame.
-        if limits.max_write_buffer_bytes < MAX_FRAME {
-            return Err(invalid(
-                "--max-write-buffer-bytes",
-                format!("must be at least {MAX_FRAME} (one frame), got {}", limits.max_write_buffer_bytes),
-            ));
-        }
-        if limits.max_peer_connections == 0 {
-            return Err(invalid("--max-peer-connections", "must be at least 1"));
-        }
-        let handshake_timeout = seconds("--handshake-timeout", cli.handshake_timeout, d.handshake_timeout)?;
-        let peer_handshake_timeout =
-            seconds("--peer-handshake-timeout", cli.peer_handshake_timeout, d.peer_handshake_timeout)?;
-        let peer_frame_timeout = seconds("--peer-frame-timeout", cli.peer_frame_timeout, d.peer_frame_timeout)?;
-
-        let heartbeat_ms = cli.heartbeat_ms.unwrap_or(d.heartbeat_ms);
-        let election_timeout_min_ms = cli.election_timeout_min_ms.unwrap_or(d.election_timeout_min_ms);
-        let election_timeout_max_ms = cli.election_timeout_max_ms.unwrap_or(d.election_timeout_max_ms);
-        if heartbeat_ms == 0 {
-            return Err(invalid("--heartbeat-ms", "must be at least 1"));
-        }
-        if election_timeout_min_ms <= heartbeat_ms || election_timeout_max_ms <= election_timeout_min_ms {
-            return Err(invalid(
-                "--election-timeout-min-ms",
-                format!(
-                    "timing must satisfy heartbeat-ms < election-timeout-min-ms < election-timeout-max-ms, \
-                     got {heartbeat_ms} / {election_timeout_min_ms} / {election_timeout_max_ms}"
-                ),
-            ));
-        }
+        let peers = resolve_peers(cli.peers.unwrap_or_default(), cli.bootstrap)?;
+        let client_tokens = client_tokens(cli.client_tokens_file.as_deref())?;
+        let peer_tokens = peer_tokens(cli.peer_token_file.as_deref())?;
 
         let peer_listen = cli.peer_listen;
         if !peers.is_empty() && peer_listen.is_none() {
@@ -603,17 +615,17 @@ impl Config {
             advertise,
             peer_listen,
             peers,
-            bootstrap,
+            bootstrap: cli.bootstrap,
             client_tokens,
-            client_tokens_file,
+            client_tokens_file: cli.client_tokens_file,
             peer_tokens,
-            peer_token_file,
-            tls_cert,
-            tls_key,
-            tls_client_ca,
-            peer_tls_cert,
-            peer_tls_key,
-            peer_tls_ca,
+            peer_token_file: cli.peer_token_file,
+            tls_cert: cli.tls_cert,
+            tls_key: cli.tls_key,
+            tls_client_ca: cli.tls_client_ca,
+            peer_tls_cert: cli.peer_tls_cert,
+            peer_tls_key: cli.peer_tls_key,
+            peer_tls_ca: cli.peer_tls_ca,
             admin_listen,
             limits,
             handshake_timeout,

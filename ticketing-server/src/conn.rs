@@ -82,147 +82,194 @@ struct ClientConn<'a> {
 
 /// Serves one connection until it closes. `handshake_deadline` bounds the
 /// time to a correct AUTH; `shutdown` fires (or closes) when the server stops.
+/// Steps: greet, run the connection's loop until it ends, leave the queues,
+/// close as the end requires.
 pub async fn serve<S>(
     stream: S,
     id: ConnId,
     peer: std::net::SocketAddr,
     ctx: &ConnContext,
     handshake_deadline: Instant,
-    mut shutdown: broadcast::Receiver<()>,
+    shutdown: broadcast::Receiver<()>,
 ) where
     S: AsyncRead + AsyncWrite + Send,
 {
     let (mut rd, mut wr) = tokio::io::split(stream);
     let (deliveries_tx, mut deliveries_rx) = mpsc::channel(ctx.max_pending.saturating_add(8));
-    let snonce = auth::nonce(&mut rand_core::OsRng);
-    let mut conn = ClientConn {
-        id,
-        peer: peer.to_string(),
-        ctx,
-        snonce,
-        authed: false,
-        registered: false,
-        in_flight: HashSet::new(),
-        deliveries_tx,
-        leadership: ctx.leadership.clone(),
-        last_leader: None,
-        was_serving: false,
-        out: BytesMut::with_capacity(1024),
-    };
-    ServerFrame::Greeting { snonce }.encode(&mut conn.out);
-    let mut inbuf = BytesMut::with_capacity(MAX_FRAME * 2);
-    let mut chunk = [0u8; 4096];
-    // Set when the client sent EOF: no more reading; close once every
-    // request read before it has its answer (or at this deadline).
-    let mut eof_drain: Option<Instant> = None;
-
-    let end = loop {
-        if eof_drain.is_some() && conn.in_flight.is_empty() {
-            break End::Gone;
-        }
-        if conn.out.len() > ctx.max_write_buffer {
-            break End::Overflow;
-        }
-        tokio::select! {
-            biased;
-            _ = shutdown.recv() => {
-                break End::Fatal(ServerFrame::error(ErrorCode::ShuttingDown));
-            }
-            _ = tokio::time::sleep_until(handshake_deadline), if !conn.authed => {
-                ctx.manager.metrics().limits.client_handshake_timeouts.inc();
-                debug!("handshake timed out");
-                break End::Fatal(ServerFrame::error(ErrorCode::HandshakeTimeout));
-            }
-            _ = sleep_until_some(eof_drain), if eof_drain.is_some() => {
-                break End::Gone;
-            }
-            Some(delivery) = deliveries_rx.recv() => {
-                if let Some(end) = conn.on_delivery(delivery) {
-                    break end;
-                }
-            }
-            changed = conn.leadership.changed(), if conn.authed => {
-                if changed.is_err() {
-                    break End::Fatal(ServerFrame::error(ErrorCode::ShuttingDown));
-                }
-                if let Some(end) = conn.on_leadership() {
-                    break end;
-                }
-            }
-            res = wr.write_buf(&mut conn.out), if !conn.out.is_empty() => {
-                if let Err(e) = res {
-                    debug!(error = %e, "write failed");
-                    break End::Gone;
-                }
-            }
-            res = rd.read(&mut chunk), if eof_drain.is_none() => {
-                match res {
-                    Ok(0) => {
-                        // EOF: the client sends nothing more. Its waiters
-                        // leave their queues now (a dead client must not be
-                        // handed a key); answers already being committed
-                        // (a grant of a free key, a release) are still written.
-                        debug!("client closed its sending side");
-                        if !conn.registered || ctx.manager.send(ManagerRequest::LeaveQueues { conn: id }).await.is_err() {
-                            break End::Gone;
-                        }
-                        eof_drain = Some(Instant::now() + EOF_DRAIN);
-                    }
-                    Ok(n) => {
-                        inbuf.extend_from_slice(&chunk[..n]);
-                        if let Some(end) = conn.on_input(&mut inbuf).await {
-                            break end;
-                        }
-                    }
-                    Err(e) => {
-                        debug!(error = %e, "read failed");
-                        break End::Gone;
-                    }
-                }
-            }
-        }
-    };
-
+    let mut conn = ClientConn::new(id, peer, ctx, deliveries_tx);
+    let end = conn.run(&mut rd, &mut wr, &mut deliveries_rx, handshake_deadline, shutdown).await;
     // Its waiters leave their queues at once (its grants stay).
     if conn.registered {
         ctx.manager.disconnected(id);
     }
-    match end {
-        End::Fatal(frame) => {
-            debug!(frame = ?frame, "closing with error");
-            // Answers already committed go out before the `E` line.
-            while let Ok(delivery) = deliveries_rx.try_recv() {
-                if matches!(delivery, Delivery::Reply { .. }) {
-                    let _ = conn.on_delivery(delivery);
+    conn.close(end, &mut rd, &mut wr, &mut deliveries_rx).await;
+}
+
+impl<'a> ClientConn<'a> {
+    /// A fresh connection with its greeting queued.
+    fn new(
+        id: ConnId,
+        peer: std::net::SocketAddr,
+        ctx: &'a ConnContext,
+        deliveries_tx: mpsc::Sender<Delivery>,
+    ) -> Self {
+        let snonce = auth::nonce(&mut rand_core::OsRng);
+        let mut conn = ClientConn {
+            id,
+            peer: peer.to_string(),
+            ctx,
+            snonce,
+            authed: false,
+            registered: false,
+            in_flight: HashSet::new(),
+            deliveries_tx,
+            leadership: ctx.leadership.clone(),
+            last_leader: None,
+            was_serving: false,
+            out: BytesMut::with_capacity(1024),
+        };
+        ServerFrame::Greeting { snonce }.encode(&mut conn.out);
+        conn
+    }
+
+    /// The connection's loop: reads, deliveries, leadership changes and
+    /// writes, until something ends it.
+    async fn run<S: AsyncRead + AsyncWrite>(
+        &mut self,
+        rd: &mut ReadHalf<S>,
+        wr: &mut WriteHalf<S>,
+        deliveries_rx: &mut mpsc::Receiver<Delivery>,
+        handshake_deadline: Instant,
+        mut shutdown: broadcast::Receiver<()>,
+    ) -> End {
+        let ctx = self.ctx;
+        let mut inbuf = BytesMut::with_capacity(MAX_FRAME * 2);
+        let mut chunk = [0u8; 4096];
+        // Set when the client sent EOF: no more reading; close once every
+        // request read before it has its answer (or at this deadline).
+        let mut eof_drain: Option<Instant> = None;
+        loop {
+            if eof_drain.is_some() && self.in_flight.is_empty() {
+                return End::Gone;
+            }
+            if self.out.len() > ctx.max_write_buffer {
+                return End::Overflow;
+            }
+            tokio::select! {
+                biased;
+                _ = shutdown.recv() => {
+                    return End::Fatal(ServerFrame::error(ErrorCode::ShuttingDown));
+                }
+                _ = tokio::time::sleep_until(handshake_deadline), if !self.authed => {
+                    ctx.manager.metrics().limits.client_handshake_timeouts.inc();
+                    debug!("handshake timed out");
+                    return End::Fatal(ServerFrame::error(ErrorCode::HandshakeTimeout));
+                }
+                _ = sleep_until_some(eof_drain), if eof_drain.is_some() => {
+                    return End::Gone;
+                }
+                Some(delivery) = deliveries_rx.recv() => {
+                    if let Some(end) = self.on_delivery(delivery) {
+                        return end;
+                    }
+                }
+                changed = self.leadership.changed(), if self.authed => {
+                    if changed.is_err() {
+                        return End::Fatal(ServerFrame::error(ErrorCode::ShuttingDown));
+                    }
+                    if let Some(end) = self.on_leadership() {
+                        return end;
+                    }
+                }
+                res = wr.write_buf(&mut self.out), if !self.out.is_empty() => {
+                    if let Err(e) = res {
+                        debug!(error = %e, "write failed");
+                        return End::Gone;
+                    }
+                }
+                res = rd.read(&mut chunk), if eof_drain.is_none() => {
+                    let got = match res {
+                        Ok(n) => n,
+                        Err(e) => {
+                            debug!(error = %e, "read failed");
+                            return End::Gone;
+                        }
+                    };
+                    if got == 0 {
+                        match self.on_eof().await {
+                            Some(at) => eof_drain = Some(at),
+                            None => return End::Gone,
+                        }
+                    } else {
+                        inbuf.extend_from_slice(&chunk[..got]);
+                        if let Some(end) = self.on_input(&mut inbuf).await {
+                            return end;
+                        }
+                    }
                 }
             }
-            frame.encode(&mut conn.out);
-            let out = &mut conn.out;
-            let wrote = tokio::time::timeout(FATAL_WRITE_TIMEOUT, async {
-                wr.write_all_buf(out).await?;
-                wr.flush().await?;
-                wr.shutdown().await
-            })
-            .await;
-            if matches!(wrote, Ok(Ok(()))) {
-                linger(&mut rd).await;
+        }
+    }
+
+    /// EOF: the client sends nothing more. Its waiters leave their queues
+    /// now (a dead client must not be handed a key); answers already being
+    /// committed (a grant of a free key, a release) are still written, until
+    /// the returned deadline. `None`: close now.
+    async fn on_eof(&mut self) -> Option<Instant> {
+        debug!("client closed its sending side");
+        if !self.registered || self.ctx.manager.send(ManagerRequest::LeaveQueues { conn: self.id }).await.is_err() {
+            return None;
+        }
+        Some(Instant::now() + EOF_DRAIN)
+    }
+
+    /// Closes the connection as `end` requires: a fatal `E` line after the
+    /// committed answers, nothing for an overflow, the pending output for a
+    /// client that is gone.
+    async fn close<S: AsyncRead + AsyncWrite>(
+        mut self,
+        end: End,
+        rd: &mut ReadHalf<S>,
+        wr: &mut WriteHalf<S>,
+        deliveries_rx: &mut mpsc::Receiver<Delivery>,
+    ) {
+        match end {
+            End::Fatal(frame) => {
+                debug!(frame = ?frame, "closing with error");
+                // Answers already committed go out before the `E` line.
+                while let Ok(delivery) = deliveries_rx.try_recv() {
+                    if matches!(delivery, Delivery::Reply { .. }) {
+                        let _ = self.on_delivery(delivery);
+                    }
+                }
+                frame.encode(&mut self.out);
+                let out = &mut self.out;
+                let wrote = tokio::time::timeout(FATAL_WRITE_TIMEOUT, async {
+                    wr.write_all_buf(out).await?;
+                    wr.flush().await?;
+                    wr.shutdown().await
+                })
+                .await;
+                if matches!(wrote, Ok(Ok(()))) {
+                    linger(rd).await;
+                }
             }
-        }
-        End::Overflow => {
-            ctx.manager.metrics().limits.write_buffer_overflows.inc();
-            debug!(
-                unread = conn.out.len(),
-                limit = ctx.max_write_buffer,
-                "closing: the client does not read its answers"
-            );
-        }
-        End::Gone => {
-            let out = &mut conn.out;
-            let _ = tokio::time::timeout(FATAL_WRITE_TIMEOUT, async {
-                wr.write_all_buf(out).await?;
-                wr.shutdown().await
-            })
-            .await;
+            End::Overflow => {
+                self.ctx.manager.metrics().limits.write_buffer_overflows.inc();
+                debug!(
+                    unread = self.out.len(),
+                    limit = self.ctx.max_write_buffer,
+                    "closing: the client does not read its answers"
+                );
+            }
+            End::Gone => {
+                let out = &mut self.out;
+                let _ = tokio::time::timeout(FATAL_WRITE_TIMEOUT, async {
+                    wr.write_all_buf(out).await?;
+                    wr.shutdown().await
+                })
+                .await;
+            }
         }
     }
 }

@@ -47,7 +47,7 @@ fn main() -> ExitCode {
         // One line on stdout when ready (scripts and tests wait for it).
         println!("ticketing-server listening on {local}");
         let _ = std::io::stdout().flush();
-        server::run_reloading(config, listener, shutdown, Some(reload)).await
+        server::Builder::new(config).reload(reload).run(listener, shutdown).await
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {

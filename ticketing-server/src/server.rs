@@ -59,23 +59,73 @@ pub async fn cluster_replicator(
 /// Runs the server on `listener` until `shutdown` completes, then shuts
 /// down gracefully (Raft included). Standalone without `--peers`, cluster
 /// mode otherwise. A refused `--bootstrap` shuts down the same way and is
-/// returned as the error.
+/// returned as the error. The one entry point; [`Builder`] adds the options
+/// (reload on a signal, a replicator built by a test).
 pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future) -> Result<()> {
-    run_reloading(config, listener, shutdown, None).await
+    Builder::new(config).run(listener, shutdown).await
 }
 
-/// [`run`], and every value `reload` yields re-reads the tokens and
-/// certificates ([`Material::reload`]; the binary feeds it SIGHUP).
-pub async fn run_reloading(
+/// A server with options, run by [`Builder::run`].
+pub struct Builder {
+    config: Config,
+    reload: Option<tokio::signal::unix::Signal>,
+    parts: Option<Parts>,
+}
+
+/// A replicator and manager built by the caller.
+struct Parts {
+    advertise: Addr,
+    replicator: Arc<dyn Replicator>,
+    manager: ManagerHandle,
+}
+
+impl Builder {
+    /// A server for `config` (what [`run`] runs).
+    pub fn new(config: Config) -> Builder {
+        Builder { config, reload: None, parts: None }
+    }
+
+    /// Every value `reload` yields re-reads the tokens and certificates
+    /// ([`Material::reload`]; the binary feeds it SIGHUP).
+    pub fn reload(mut self, reload: tokio::signal::unix::Signal) -> Builder {
+        self.reload = Some(reload);
+        self
+    }
+
+    /// Serves clients with a replicator and manager built by the caller
+    /// (tests of the leadership seam), announcing `advertise`: no cluster,
+    /// no admin HTTP, no reload.
+    pub fn replicator(mut self, advertise: Addr, replicator: Arc<dyn Replicator>, manager: ManagerHandle) -> Builder {
+        self.parts = Some(Parts { advertise, replicator, manager });
+        self
+    }
+
+    /// Runs until `shutdown` completes (see [`run`]).
+    pub async fn run(self, listener: TcpListener, shutdown: impl Future) -> Result<()> {
+        let Builder { config, reload, parts } = self;
+        let material = Arc::new(Material::load(&config)?);
+        match parts {
+            Some(Parts { advertise, replicator, manager }) => {
+                serve_clients(&config, listener, advertise, replicator, manager, &material, shutdown).await?;
+                Ok(())
+            }
+            None => run_node(config, listener, shutdown, reload, material).await,
+        }
+    }
+}
+
+/// The whole node: replicator (standalone or cluster), manager, admin HTTP,
+/// reload, the client port, and Raft's shutdown at the end.
+async fn run_node(
     config: Config,
     listener: TcpListener,
     shutdown: impl Future,
     reload: Option<tokio::signal::unix::Signal>,
+    material: Arc<Material>,
 ) -> Result<()> {
     let advertise = advertise_addr(&config, &listener)?;
     let metrics = Arc::new(Metrics::new(!config.is_standalone()));
     metrics.max_waiters.set(gauge_value(config.limits.max_waiters));
-    let material = Arc::new(Material::load(&config)?);
     let (replicator, cluster, failed): (Arc<dyn Replicator>, _, _) = if config.is_standalone() {
         (Arc::new(Standalone::new(advertise.clone())), None, None)
     } else {
@@ -123,7 +173,7 @@ pub async fn run_reloading(
             }
         });
     }
-    let served = run_material(&config, listener, advertise, replicator, manager, &material, stop).await;
+    let served = serve_clients(&config, listener, advertise, replicator, manager, &material, stop).await;
     if let Some(c) = &cluster {
         if tokio::time::timeout(RAFT_SHUTDOWN_TIMEOUT, c.shutdown()).await.is_err() {
             warn!("Raft did not stop in time");
@@ -135,23 +185,10 @@ pub async fn run_reloading(
     }
 }
 
-/// Like [`run`], with the replicator and manager built by the caller (cluster
-/// mode, tests, the admin server sharing the manager handle). Returns what
-/// `shutdown` completed with.
-pub async fn run_with<F: Future>(
-    config: &Config,
-    listener: TcpListener,
-    advertise: Addr,
-    replicator: Arc<dyn Replicator>,
-    manager: ManagerHandle,
-    shutdown: F,
-) -> Result<F::Output> {
-    let material = Material::load(config)?;
-    run_material(config, listener, advertise, replicator, manager, &material, shutdown).await
-}
-
-/// [`run_with`] with the tokens and TLS of `material` (replaced on reload).
-async fn run_material<F: Future>(
+/// The client port with the tokens and TLS of `material` (replaced on
+/// reload) until `shutdown` completes, then the graceful shutdown; returns
+/// what `shutdown` completed with.
+async fn serve_clients<F: Future>(
     config: &Config,
     listener: TcpListener,
     advertise: Addr,

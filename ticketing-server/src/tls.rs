@@ -124,9 +124,8 @@ impl PeerTls {
     }
 }
 
-/// The TLS server name of a peer address `host:port` (an IPv6 literal's brackets removed).
-pub fn peer_server_name(addr: &str) -> Result<ServerName<'static>, String> {
-    let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(addr);
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    ServerName::try_from(host.to_owned()).map_err(|e| format!("peer address {addr:?}: not a TLS server name: {e}"))
+/// The TLS server name of a peer address `host:port` (an IPv6 literal's
+/// brackets removed); `None` when its host is not a DNS name or IP address.
+pub fn peer_server_name(addr: &str) -> Option<ServerName<'static>> {
+    ServerName::try_from(ticketing_proto::hostport::tls_host(addr).to_owned()).ok()
 }

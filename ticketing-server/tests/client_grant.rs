@@ -51,13 +51,12 @@ async fn held_key_times_out_with_none() {
     let r = within(secs(8), "acquire wait 1", b.acquire("to", secs(1), secs(5), Duration::ZERO)).await;
     let took = start.elapsed();
     assert!(matches!(r, Ok(None)), "{r:?}");
-    assert!(took >= ms(900) && took < secs(4), "T after {took:?}");
+    // The wait was honoured (a lower bound; `within` catches a hang).
+    assert!(took >= ms(900), "T after {took:?}");
 
     // wait 0: one immediate attempt.
-    let start = Instant::now();
     let r = within(secs(5), "acquire wait 0", b.acquire("to", Duration::ZERO, secs(5), Duration::ZERO)).await;
     assert!(matches!(r, Ok(None)), "{r:?}");
-    assert!(start.elapsed() < secs(2), "wait 0 took {:?}", start.elapsed());
 
     // A fractional wait rounds UP: 0.3 s is sent as 1 s.
     let start = Instant::now();
@@ -115,7 +114,6 @@ async fn busy_when_the_queue_is_full() {
     let held = grab(&h, "busy", 0, 30).await;
     let w1 = ready_broker(&s.addr).await;
     let w2 = ready_broker(&s.addr).await;
-    let start = Instant::now();
     let mut a = tokio::spawn(async move { w1.acquire("busy", secs(10), secs(5), Duration::ZERO).await });
     let mut b = tokio::spawn(async move { w2.acquire("busy", secs(10), secs(5), Duration::ZERO).await });
     // One of the two is queued, the other is refused at once (while the key is still held).
@@ -127,7 +125,6 @@ async fn busy_when_the_queue_is_full() {
     })
     .await;
     assert!(matches!(first, Err(Error::Busy)), "{first:?}");
-    assert!(start.elapsed() < secs(3), "Busy after {:?}", start.elapsed());
     assert_eq!(held.release().await, Ok(true));
     let second = within(secs(10), "queued waiter", other).await.unwrap();
     match second {
@@ -141,7 +138,12 @@ async fn busy_when_the_queue_is_full() {
 
 #[tokio::test]
 async fn server_wide_caps_are_busy() {
-    let s = Server::with(&[("TICKETING_MAX_HELD_KEYS", "1"), ("TICKETING_MAX_WAITERS", "1")], &[]);
+    let admin = cluster_common::free_port();
+    let admin_addr = format!("127.0.0.1:{admin}");
+    let s = Server::with(
+        &[("TICKETING_MAX_HELD_KEYS", "1"), ("TICKETING_MAX_WAITERS", "1")],
+        &["--admin-listen", &admin_addr],
+    );
     let a = ready_broker(&s.addr).await;
     let b = ready_broker(&s.addr).await;
     let t = grab(&a, "cap1", 0, 30).await;
@@ -151,11 +153,10 @@ async fn server_wide_caps_are_busy() {
     // One waiter fits, the second is over --max-waiters.
     let b2 = b.clone();
     let queued = tokio::spawn(async move { b2.acquire("cap1", secs(10), secs(5), Duration::ZERO).await });
-    tokio::time::sleep(ms(300)).await;
-    let start = Instant::now();
+    wait_waiters(admin, "cap1", 1).await;
+    // `B` at once, not after the 10 s wait (`within` is far shorter).
     let r = within(secs(5), "second waiter", a.acquire("cap1", secs(10), secs(5), Duration::ZERO)).await;
     assert_eq!(r.map(|t| t.is_some()), Err(Error::Busy));
-    assert!(start.elapsed() < secs(2));
     assert_eq!(t.release().await, Ok(true));
     match within(secs(10), "queued", queued).await.unwrap() {
         Ok(Some(t)) => assert_eq!(t.release().await, Ok(true)),

@@ -97,7 +97,7 @@ async fn insufficient_time_is_compensated_at_once() {
                 assert_eq!(t.release().await, Ok(true));
                 break;
             }
-            Ok(None) => assert!(start.elapsed() < secs(2), "not compensated after {:?}", start.elapsed()),
+            Ok(None) => assert!(start.elapsed() < secs(30), "not compensated after {:?}", start.elapsed()),
             Err(e) => panic!("{e:?}"),
         }
         tokio::time::sleep(ms(50)).await;

@@ -32,7 +32,8 @@ fn leader_kill_failover_keeps_tokens_and_leases() {
         let took = killed.elapsed();
         println!("round {round}: kill -9 of the leader -> new leader (serving) after {:.3} s", took.as_secs_f64());
         figures.push(took);
-        assert!(took < Duration::from_secs(6), "failover took {took:?}");
+        // Only a hang bound: the failover time is measured by ticketing-bench (BENCHMARKS.md).
+        assert!(took < Duration::from_secs(60), "failover took {took:?}");
         assert_ne!(new, leader);
 
         // Tokens continue above the old leader's.

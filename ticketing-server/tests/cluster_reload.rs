@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use ticketing_client::TicketBroker;
-use ticketing_server::cluster::wire::{self, WireError};
+use ticketing_server::cluster::wire::{self, HandshakeRefusal, RefusalCode, WireError};
 use ticketing_server::tls::PeerTls;
 use tls_common::Pki;
 use tokio::io::BufReader;
@@ -53,10 +53,8 @@ async fn dial(port: u16, client: &Pki, ca: &Path, token: &[u8]) -> Result<Vec<u8
     let tls = PeerTls::load(&client.dir.join("node1.pem"), &client.dir.join("node1-key.pem"), ca).unwrap();
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let name = rustls_name();
-    let stream = tokio_rustls::TlsConnector::from(tls.client)
-        .connect(name, tcp)
-        .await
-        .map_err(|e| WireError::Tls(e.to_string()))?;
+    let stream =
+        tokio_rustls::TlsConnector::from(tls.client).connect(name, tcp).await.map_err(|e| WireError::Tls(e.into()))?;
     let served = stream.get_ref().1.peer_certificates().unwrap()[0].to_vec();
     let (r, mut w) = tokio::io::split(stream);
     let mut r = BufReader::new(r);
@@ -151,7 +149,10 @@ async fn sighup_rotates_peer_tokens_and_certificates_without_a_failed_request() 
     let port = c.nodes[leader].peer;
     let served = dial(port, &new, &ca, b"new-peer-token").await.expect("new certificate and token");
     assert_eq!(served, new.der(&format!("node{}.pem", leader + 1)));
-    assert_eq!(dial(port, &new, &ca, b"old-peer-token").await, Err(WireError::Refused("auth_failed".into())));
+    assert_eq!(
+        dial(port, &new, &ca, b"old-peer-token").await,
+        Err(WireError::Refused(HandshakeRefusal::ByPeer { code: RefusalCode::AuthFailed, detail: String::new() }))
+    );
     let old_ca = dir.join("old-ca.pem");
     write(&old_ca, &old.pem("ca.pem"));
     assert!(matches!(dial(port, &old, &old_ca, b"new-peer-token").await, Err(WireError::Tls(_))), "old certificates");

@@ -53,11 +53,13 @@ impl Node {
             manager::spawn(replicator.clone(), config.limits.clone(), Arc::new(Metrics::default()), me.clone());
         let (stop, stopped) = oneshot::channel::<()>();
         tokio::spawn(async move {
-            server::run_with(&config, listener, me, replicator, manager, async {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
+            server::Builder::new(config)
+                .replicator(me, replicator, manager)
+                .run(listener, async {
+                    let _ = stopped.await;
+                })
+                .await
+                .unwrap();
         });
         Node { addr, control, _stop: stop }
     }

@@ -1,6 +1,8 @@
 //! docs/configuration.md, "Limits": waiter caps and the held-keys cap answer `B`; the connection
 //! limit answers `E overloaded`.
 
+mod client_common;
+mod cluster_common;
 mod common;
 use common::*;
 use std::time::Duration;
@@ -32,7 +34,9 @@ async fn per_key_waiter_cap() {
 
 #[tokio::test]
 async fn server_wide_waiter_cap() {
-    let s = Server::with(&[("TICKETING_MAX_WAITERS", "2")], &[]);
+    let admin = cluster_common::free_port();
+    let admin_addr = format!("127.0.0.1:{admin}");
+    let s = Server::with(&[("TICKETING_MAX_WAITERS", "2")], &["--admin-listen", &admin_addr]);
     let mut h = s.client().await;
     for k in ["sw1", "sw2", "sw3"] {
         h.grab(1, k, &owner(), 30).await;
@@ -47,7 +51,9 @@ async fn server_wide_waiter_cap() {
     d.acquire(1, "sw1", &owner(), 1, 5).await;
     d.expect("B 1 sw1").await;
     drop(c);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Its two waiters leave the queues once the server saw the close.
+    client_common::wait_waiters(admin, "sw1", 0).await;
+    client_common::wait_waiters(admin, "sw2", 0).await;
     d.acquire(2, "sw3", &owner(), 1, 5).await;
     d.expect("T 2 sw3").await;
 }

@@ -1,5 +1,7 @@
 //! docs/protocol.md §6: every row of the request × key state matrix (standalone leader).
 
+mod client_common;
+mod cluster_common;
 mod common;
 use common::*;
 use std::time::Duration;
@@ -120,7 +122,8 @@ async fn wrong_release_does_not_disturb_the_queue() {
 
 #[tokio::test]
 async fn closing_connection_leaves_the_queue_but_its_grant_stays() {
-    let s = Server::start();
+    let admin = cluster_common::free_port();
+    let s = Server::with(&[], &["--admin-listen", &format!("127.0.0.1:{admin}")]);
     let mut h = s.client().await;
     let me = owner();
     let t1 = h.grab(1, "cc", &me, 30).await;
@@ -135,14 +138,18 @@ async fn closing_connection_leaves_the_queue_but_its_grant_stays() {
     live.acquire(1, "cc", &lo, 30, 5).await;
     live.send(b"P 2\n").await;
     live.expect("P 2").await;
+    client_common::wait_waiters(admin, "cc", 2).await;
     drop(dead);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The dead waiter has left the queue once the server saw the close.
+    client_common::wait_waiters(admin, "cc", 1).await;
     h.release(2, "cc", &me, t1).await;
     h.expect("R 2 cc").await;
     let (t2, _) = live.expect_grant(1, "cc", &lo).await;
 
     // The grant of a closed connection stays until released.
     drop(live);
+    // Not a synchronisation: `T` is the right answer before and after the
+    // server saw the close; the pause only lets the close be processed first.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut c = s.client().await;
     c.acquire(1, "cc", &owner(), 0, 5).await;

@@ -79,6 +79,19 @@ struct Grant {
 /// is only checked if a grant came).
 pub fn check(events: &[Event], fin: &Final, bound_ns: u64, begin: u64, end: u64) -> Report {
     let mut r = Report::default();
+    let grants = grants_of(events);
+    r.grants = grants.len() as u64;
+    one_owner_and_token_order(&grants, &mut r);
+    one_token_counter(&grants, &mut r);
+    accepted_in_commit_order(fin, &mut r);
+    writes_kept_and_fenced(events, fin, &grants, &mut r);
+    fault_table(events, &grants, bound_ns, begin, end, &mut r);
+    r
+}
+
+/// Every grant with the end of its ownership (its release or its
+/// deadline), in answer order.
+fn grants_of(events: &[Event]) -> Vec<Grant> {
     let mut releases: HashMap<(u32, String, u64), u64> = HashMap::new();
     for e in events {
         if let Event::Release { client, key, token, start, .. } = e {
@@ -96,11 +109,13 @@ pub fn check(events: &[Event], fin: &Final, bound_ns: u64, begin: u64, end: u64)
         })
         .collect();
     grants.sort_by_key(|g| (g.ans, g.token));
-    r.grants = grants.len() as u64;
+    grants
+}
 
-    // 1 + 2 per key.
+/// 1 and 2, per key: never two owners at once; tokens increase in grant order.
+fn one_owner_and_token_order(grants: &[Grant], r: &mut Report) {
     let mut by_key: BTreeMap<&str, Vec<&Grant>> = BTreeMap::new();
-    for g in &grants {
+    for g in grants {
         by_key.entry(&g.key).or_default().push(g);
     }
     for (key, gs) in &by_key {
@@ -134,16 +149,20 @@ pub fn check(events: &[Event], fin: &Final, bound_ns: u64, begin: u64, end: u64)
             }
         }
     }
-    // 2, across keys and leader changes: the domain has one counter.
+}
+
+/// 2, across keys and leader changes: the domain has one counter, so a
+/// grant called after another was answered has a larger token.
+fn one_token_counter(grants: &[Grant], r: &mut Report) {
     let mut prefix_max = Vec::with_capacity(grants.len());
     let mut m: Option<&Grant> = None;
-    for g in &grants {
+    for g in grants {
         if !matches!(m, Some(x) if g.token <= x.token) {
             m = Some(g);
         }
         prefix_max.push(m);
     }
-    for g in &grants {
+    for g in grants {
         let before = grants.partition_point(|x| x.ans < g.call);
         if before > 0 {
             if let Some(x) = prefix_max[before - 1] {
@@ -161,8 +180,10 @@ pub fn check(events: &[Event], fin: &Final, bound_ns: u64, begin: u64, end: u64)
             }
         }
     }
+}
 
-    // 3: accepted writes in commit order, per key.
+/// 3: accepted writes in commit order, per key.
+fn accepted_in_commit_order(fin: &Final, r: &mut Report) {
     let mut last: HashMap<&str, u64> = HashMap::new();
     for (key, token, client) in &fin.writes {
         if let Some(&p) = last.get(key.as_str()) {
@@ -174,8 +195,11 @@ pub fn check(events: &[Event], fin: &Final, bound_ns: u64, begin: u64, end: u64)
         }
         last.insert(key, *token);
     }
+}
 
-    // 4, 5, 6.
+/// 4, 5 and 6: no acknowledged write lost, no stale write accepted, no
+/// write with a token never granted; the counters match the writes.
+fn writes_kept_and_fenced(events: &[Event], fin: &Final, grants: &[Grant], r: &mut Report) {
     let grant_of: HashMap<(u32, &str, u64), &Grant> =
         grants.iter().map(|g| ((g.client, g.key.as_str(), g.token), g)).collect();
     let mut accepted_per_key: BTreeMap<String, u64> = BTreeMap::new();
@@ -216,8 +240,11 @@ pub fn check(events: &[Event], fin: &Final, bound_ns: u64, begin: u64, end: u64)
             r.violations.push(format!("counter of {key} is {n}, accepted writes recorded {acc}, write rows {rows}"));
         }
     }
+}
 
-    // 7 and the table.
+/// 7 and the table: one row per fault window, and a grant within the
+/// failover bound after each heal.
+fn fault_table(events: &[Event], grants: &[Grant], bound_ns: u64, begin: u64, end: u64, r: &mut Report) {
     let faults: Vec<(&str, u64, u64)> = events
         .iter()
         .filter_map(|e| match e {
@@ -272,7 +299,6 @@ pub fn check(events: &[Event], fin: &Final, bound_ns: u64, begin: u64, end: u64)
         }
         r.rows.push(row);
     }
-    r
 }
 
 /// The table as Markdown.

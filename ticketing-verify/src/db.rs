@@ -273,14 +273,15 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
-    /// The same on PostgreSQL when `TICKETING_VERIFY_PG_URL` names a database
-    /// (ticketing-verify/run-tests.sh starts a throw-away one and sets it).
+    /// The same on PostgreSQL at `TICKETING_VERIFY_PG_URL`: ignored (so
+    /// counted as skipped, never as passed) unless run with
+    /// `--include-ignored`, as ticketing-verify/run-tests.sh does once it has
+    /// started a throw-away database; without the URL it then fails.
     #[test]
+    #[ignore = "needs PostgreSQL: TICKETING_VERIFY_PG_URL and --include-ignored (ticketing-verify/run-tests.sh)"]
     fn the_fence_refuses_a_token_not_above_the_high_water_on_postgres() {
-        let Ok(url) = std::env::var("TICKETING_VERIFY_PG_URL") else {
-            eprintln!("TICKETING_VERIFY_PG_URL not set: PostgreSQL fence not checked here");
-            return;
-        };
+        let url =
+            std::env::var("TICKETING_VERIFY_PG_URL").expect("TICKETING_VERIFY_PG_URL names a PostgreSQL database");
         check_fence(&Target::parse(&url));
     }
 

@@ -264,6 +264,26 @@ async fn run_locked(ticket: &Ticket, command: &[String], kill_after: Option<Dura
         Some(p) => p,
         None => return usage("a command is required after --"),
     };
+    let (child, pid) = match spawn_locked(ticket, program, rest) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let (status, lost) = match supervise(ticket, program, child, pid, kill_after).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    if lost {
+        return code::LEASE_LOST;
+    }
+    match (status.code(), status.signal()) {
+        (Some(c), _) => u8::try_from(c & 0xff).unwrap_or(code::INTERNAL),
+        (None, Some(sig)) => u8::try_from(128 + (sig & 0x7f)).unwrap_or(code::INTERNAL),
+        (None, None) => code::INTERNAL,
+    }
+}
+
+/// Starts CMD with the ticket in its environment; the exit code on failure.
+fn spawn_locked(ticket: &Ticket, program: &str, rest: &[String]) -> Result<(tokio::process::Child, Pid), u8> {
     let deadline_ms = ticket.remaining().as_millis().min(u128::from(u64::MAX));
     let spawned = tokio::process::Command::new(program)
         .args(rest)
@@ -271,17 +291,30 @@ async fn run_locked(ticket: &Ticket, command: &[String], kill_after: Option<Dura
         .env("TICKETING_KEY", ticket.key())
         .env("TICKETING_DEADLINE_MS", deadline_ms.to_string())
         .spawn();
-    let mut child = match spawned {
+    let child = match spawned {
         Ok(c) => c,
         Err(e) => {
             eprintln!("ticketing: cannot run {program}: {e}");
-            return if e.kind() == std::io::ErrorKind::NotFound { code::NOT_FOUND } else { code::CANNOT_RUN };
+            return Err(if e.kind() == std::io::ErrorKind::NotFound { code::NOT_FOUND } else { code::CANNOT_RUN });
         }
     };
     let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw) else {
         eprintln!("ticketing: {program} has no process id");
-        return code::INTERNAL;
+        return Err(code::INTERNAL);
     };
+    Ok((child, pid))
+}
+
+/// Waits for CMD, passing SIGTERM and SIGHUP on, and stops it (SIGTERM, then
+/// SIGKILL after `kill_after`) when the lease runs out. Its exit status and
+/// whether the lease was lost; the exit code on failure.
+async fn supervise(
+    ticket: &Ticket,
+    program: &str,
+    mut child: tokio::process::Child,
+    pid: Pid,
+    kill_after: Option<Duration>,
+) -> Result<(std::process::ExitStatus, bool), u8> {
     let (mut sigterm, mut sighup, mut sigint) =
         match (signal(SignalKind::terminate()), signal(SignalKind::hangup()), signal(SignalKind::interrupt())) {
             (Ok(t), Ok(h), Ok(i)) => (t, h, i),
@@ -289,7 +322,7 @@ async fn run_locked(ticket: &Ticket, command: &[String], kill_after: Option<Dura
                 eprintln!("ticketing: cannot install signal handlers; stopping {program}");
                 let _ = child.start_kill();
                 let _ = child.wait().await;
-                return code::INTERNAL;
+                return Err(code::INTERNAL);
             }
         };
     let expired = ticket.expired();
@@ -328,20 +361,12 @@ async fn run_locked(ticket: &Ticket, command: &[String], kill_after: Option<Dura
             _ = sigint.recv() => {}
         }
     };
-    let status = match status {
-        Ok(s) => s,
+    match status {
+        Ok(s) => Ok((s, lost)),
         Err(e) => {
             eprintln!("ticketing: waiting for {program}: {e}");
-            return code::INTERNAL;
+            Err(code::INTERNAL)
         }
-    };
-    if lost {
-        return code::LEASE_LOST;
-    }
-    match (status.code(), status.signal()) {
-        (Some(c), _) => u8::try_from(c & 0xff).unwrap_or(code::INTERNAL),
-        (None, Some(sig)) => u8::try_from(128 + (sig & 0x7f)).unwrap_or(code::INTERNAL),
-        (None, None) => code::INTERNAL,
     }
 }
 

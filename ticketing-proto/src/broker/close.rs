@@ -24,14 +24,7 @@ impl Broker {
         let mut live: Vec<(OpId, ExactGrant)> = self.live.drain().collect();
         live.sort_by_key(|(id, _)| *id);
         for (_, g) in live {
-            let op = self.alloc_op();
-            if self.lane.enqueue(now, op, g.clone(), Purpose::BestEffort).is_err() {
-                self.events.push_back(BrokerEvent::LaneDone {
-                    grant: g,
-                    purpose: Purpose::BestEffort,
-                    outcome: Outcome::Unconfirmed,
-                });
-            }
+            let _ = self.put_on_lane(now, g.key, g.owner, Some(g.token), Purpose::BestEffort);
         }
         self.timers.set(Timer::CloseGrace, now + lane::DEADLINE);
         self.dispatch(now);

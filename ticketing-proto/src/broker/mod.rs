@@ -108,9 +108,8 @@ impl BrokerConfig {
             if Addr::new(a.clone()).is_err() {
                 return Err(ConfigError::AddressText { addr: a.clone() });
             }
-            match a.rsplit_once(':') {
-                Some((host, port)) if !host.is_empty() && port.parse::<u16>().map(|p| p > 0).unwrap_or(false) => {}
-                _ => return Err(ConfigError::AddressPort { addr: a.clone() }),
+            if crate::hostport::split(a).is_none() {
+                return Err(ConfigError::AddressPort { addr: a.clone() });
             }
         }
         if self.lane_capacity == 0

@@ -12,43 +12,15 @@ impl Broker {
             return Err(Failure::Closed);
         }
         self.live.remove(&grant.id);
-        let op = self.alloc_op();
-        match self.lane.enqueue(now, op, grant.exact(), purpose) {
-            Ok(()) => {
-                self.dispatch(now);
-                self.sync_lane_timer();
-                Ok(op)
-            }
-            Err(lane::LaneFull) => {
-                if purpose != Purpose::Explicit {
-                    self.events.push_back(BrokerEvent::LaneDone {
-                        grant: grant.exact(),
-                        purpose,
-                        outcome: Outcome::Unconfirmed,
-                    });
-                }
-                Err(Failure::ReleaseUnconfirmed)
-            }
-        }
+        let g = grant.exact();
+        let op = self.put_on_lane(now, g.key, g.owner, Some(g.token), purpose)?;
+        self.dispatch(now);
+        self.sync_lane_timer();
+        Ok(op)
     }
 
     pub(super) fn enqueue_compensation(&mut self, now: Instant, grant: ExactGrant) {
-        if self.phase == Phase::Closed {
-            self.events.push_back(BrokerEvent::LaneDone {
-                grant,
-                purpose: Purpose::Compensation,
-                outcome: Outcome::Unconfirmed,
-            });
-            return;
-        }
-        let op = self.alloc_op();
-        if self.lane.enqueue(now, op, grant.clone(), Purpose::Compensation).is_err() {
-            self.events.push_back(BrokerEvent::LaneDone {
-                grant,
-                purpose: Purpose::Compensation,
-                outcome: Outcome::Unconfirmed,
-            });
-        }
+        let _ = self.put_on_lane(now, grant.key, grant.owner, Some(grant.token), Purpose::Compensation);
         self.sync_lane_timer();
     }
 
@@ -56,40 +28,72 @@ impl Broker {
     /// holds `key` and releases the exact token on `H` (docs/client.md,
     /// Release lane). Call `dispatch` afterwards.
     pub(super) fn enqueue_resolve(&mut self, now: Instant, key: Key, owner: Owner) {
-        if self.phase == Phase::Closed {
-            self.events.push_back(BrokerEvent::Resolved { key, owner, token: None, outcome: Outcome::Unconfirmed });
-            return;
-        }
-        let op = self.alloc_op();
-        if self.lane.enqueue_query(now, op, key.clone(), owner.clone()).is_err() {
-            self.events.push_back(BrokerEvent::Resolved { key, owner, token: None, outcome: Outcome::Unconfirmed });
-        }
+        let _ = self.put_on_lane(now, key, owner, None, Purpose::Resolve);
         self.sync_lane_timer();
+    }
+
+    /// Puts one entry on the lane (`token: None` asks with `Q` first). The
+    /// one home of "the lane refused": when it is full or the broker is
+    /// closed, the entry ends `Unconfirmed` at once and is reported as a
+    /// finished entry is — except an explicit release, whose caller gets the
+    /// `Err` instead of an event.
+    pub(super) fn put_on_lane(
+        &mut self,
+        now: Instant,
+        key: Key,
+        owner: Owner,
+        token: Option<Token>,
+        purpose: Purpose,
+    ) -> Result<OpId, Failure> {
+        let op = self.alloc_op();
+        let accepted = self.phase != Phase::Closed
+            && match token {
+                Some(token) => {
+                    let grant = ExactGrant { key: key.clone(), owner: owner.clone(), token };
+                    self.lane.enqueue(now, op, grant, purpose).is_ok()
+                }
+                None => self.lane.enqueue_query(now, op, key.clone(), owner.clone()).is_ok(),
+            };
+        if accepted {
+            return Ok(op);
+        }
+        if purpose != Purpose::Explicit {
+            self.report_lane(op, key, owner, token, purpose, Outcome::Unconfirmed);
+        }
+        Err(Failure::ReleaseUnconfirmed)
+    }
+
+    /// The event of a finished lane entry, by its purpose.
+    fn report_lane(
+        &mut self,
+        op: OpId,
+        key: Key,
+        owner: Owner,
+        token: Option<Token>,
+        purpose: Purpose,
+        outcome: Outcome,
+    ) {
+        let event = match purpose {
+            Purpose::Explicit => {
+                let result = match outcome {
+                    Outcome::Released => Ok(true),
+                    Outcome::NotHolder => Ok(false),
+                    Outcome::Unconfirmed => Err(Failure::ReleaseUnconfirmed),
+                };
+                BrokerEvent::Released { op, result }
+            }
+            Purpose::Resolve => BrokerEvent::Resolved { key, owner, token, outcome },
+            purpose => match token {
+                Some(token) => BrokerEvent::LaneDone { grant: ExactGrant { key, owner, token }, purpose, outcome },
+                None => return,
+            },
+        };
+        self.events.push_back(event);
     }
 
     pub(super) fn drain_lane(&mut self) {
         while let Some((id, entry, outcome)) = self.lane.poll_done() {
-            match entry.purpose {
-                Purpose::Explicit => {
-                    let result = match outcome {
-                        Outcome::Released => Ok(true),
-                        Outcome::NotHolder => Ok(false),
-                        Outcome::Unconfirmed => Err(Failure::ReleaseUnconfirmed),
-                    };
-                    self.events.push_back(BrokerEvent::Released { op: id, result });
-                }
-                Purpose::Resolve => self.events.push_back(BrokerEvent::Resolved {
-                    key: entry.key,
-                    owner: entry.owner,
-                    token: entry.token,
-                    outcome,
-                }),
-                purpose => {
-                    if let Some(grant) = entry.grant() {
-                        self.events.push_back(BrokerEvent::LaneDone { grant, purpose, outcome });
-                    }
-                }
-            }
+            self.report_lane(id, entry.key, entry.owner, entry.token, entry.purpose, outcome);
         }
         self.maybe_finish_close();
     }

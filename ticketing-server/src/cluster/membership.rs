@@ -10,6 +10,7 @@ use super::wire::{Body, BootstrapAnswer, JoinAnswer, JoinRequest, PeerStatus};
 use super::Node;
 use openraft::{ChangeMembers, ServerState};
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
@@ -74,8 +75,115 @@ pub async fn on_bootstrap(node: &Node, d: DomainId) -> BootstrapAnswer {
     }
 }
 
+/// Why `--bootstrap` refused to create a domain (nothing was changed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BootstrapRefusal {
+    /// A peer already belongs to a fencing domain.
+    PeerInDomain {
+        /// Its `--peers` address.
+        addr: String,
+        /// Its NodeId.
+        node: NodeId,
+        /// Its domain.
+        domain: DomainId,
+    },
+    /// A peer already has Raft state.
+    PeerInitialized {
+        /// Its `--peers` address.
+        addr: String,
+    },
+    /// Not every peer answered within the patience.
+    PeersMissing {
+        /// Each missing peer with why.
+        missing: Vec<String>,
+    },
+    /// None of `--peers` is this node.
+    NotAPeer {
+        /// The `--peers` list.
+        peers: Vec<String>,
+        /// This node's `--peer-listen`.
+        peer_listen: String,
+    },
+    /// Two `--peers` entries reach the same node.
+    DuplicateNode(NodeId),
+    /// This node joined another domain meanwhile.
+    JoinedMeanwhile,
+    /// A peer joined another domain meanwhile.
+    PeerJoinedMeanwhile {
+        /// Its `--peers` address.
+        addr: String,
+        /// The domain it joined.
+        domain: DomainId,
+    },
+    /// A peer answered something else than asked.
+    UnexpectedAnswer {
+        /// Its `--peers` address.
+        addr: String,
+    },
+    /// A peer failed while being bootstrapped.
+    PeerFailed {
+        /// Its `--peers` address.
+        addr: String,
+        /// Why.
+        error: RpcError,
+    },
+    /// Raft is not running on this node.
+    RaftNotRunning,
+    /// Raft refused to initialize the group (its reason).
+    Initialize(String),
+}
+
+impl fmt::Display for BootstrapRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BootstrapRefusal::PeerInDomain { addr, node, domain } => write!(
+                f,
+                "peer {addr} (node {node}) already belongs to fencing domain {domain}: refusing to bootstrap; \
+                 --bootstrap is only for the first start of a new cluster"
+            ),
+            BootstrapRefusal::PeerInitialized { addr } => {
+                write!(f, "peer {addr} already has Raft state: refusing to bootstrap")
+            }
+            BootstrapRefusal::PeersMissing { missing } => write!(
+                f,
+                "bootstrap needs every peer reachable; after {}s still missing: {}",
+                BOOTSTRAP_PATIENCE.as_secs(),
+                missing.join("; ")
+            ),
+            BootstrapRefusal::NotAPeer { peers, peer_listen } => write!(
+                f,
+                "none of --peers {peers:?} is this node (its --peer-listen {peer_listen}): \
+                 list this node's own peer address too"
+            ),
+            BootstrapRefusal::DuplicateNode(id) => {
+                write!(f, "two --peers entries reach the same node {id}: list each node once")
+            }
+            BootstrapRefusal::JoinedMeanwhile => {
+                f.write_str("this node joined another domain while bootstrapping: refusing")
+            }
+            BootstrapRefusal::PeerJoinedMeanwhile { addr, domain } => {
+                write!(f, "peer {addr} joined domain {domain} meanwhile: refusing to bootstrap")
+            }
+            BootstrapRefusal::UnexpectedAnswer { addr } => write!(f, "peer {addr}: unexpected answer to bootstrap"),
+            BootstrapRefusal::PeerFailed { addr, error } => write!(f, "peer {addr} failed during bootstrap: {error}"),
+            BootstrapRefusal::RaftNotRunning => f.write_str("raft is not running"),
+            BootstrapRefusal::Initialize(e) => write!(f, "cannot initialize the Raft group: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BootstrapRefusal {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BootstrapRefusal::PeerFailed { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
 /// `--bootstrap`: create a new domain with every peer as a voter, or refuse.
-pub async fn bootstrap(node: Arc<Node>, pool: Arc<Pool>) -> Result<(), String> {
+pub async fn bootstrap(node: Arc<Node>, pool: Arc<Pool>) -> Result<(), BootstrapRefusal> {
     let deadline = Instant::now() + BOOTSTRAP_PATIENCE;
     let statuses: BTreeMap<String, PeerStatus> = loop {
         let mut found = BTreeMap::new();
@@ -84,14 +192,10 @@ pub async fn bootstrap(node: Arc<Node>, pool: Arc<Pool>) -> Result<(), String> {
             match pool.call(addr, None, Body::StatusReq, Duration::from_secs(2)).await {
                 Ok(Body::StatusResp(s)) => {
                     if let Some(d) = s.domain {
-                        return Err(format!(
-                            "peer {addr} (node {}) already belongs to fencing domain {d}: refusing to bootstrap; \
-                             --bootstrap is only for the first start of a new cluster",
-                            s.node_id
-                        ));
+                        return Err(BootstrapRefusal::PeerInDomain { addr: addr.clone(), node: s.node_id, domain: d });
                     }
                     if s.initialized {
-                        return Err(format!("peer {addr} already has Raft state: refusing to bootstrap"));
+                        return Err(BootstrapRefusal::PeerInitialized { addr: addr.clone() });
                     }
                     found.insert(addr.clone(), s);
                 }
@@ -103,25 +207,21 @@ pub async fn bootstrap(node: Arc<Node>, pool: Arc<Pool>) -> Result<(), String> {
             break found;
         }
         if Instant::now() >= deadline {
-            return Err(format!(
-                "bootstrap needs every peer reachable; after {}s still missing: {}",
-                BOOTSTRAP_PATIENCE.as_secs(),
-                missing.join("; ")
-            ));
+            return Err(BootstrapRefusal::PeersMissing { missing });
         }
         debug!(missing = ?missing, "bootstrap: waiting for peers");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     if !statuses.values().any(|s| s.node_id == node.id) {
-        return Err(format!(
-            "none of --peers {:?} is this node (its --peer-listen {}): list this node's own peer address too",
-            node.peers, node.peer_listen
-        ));
+        return Err(BootstrapRefusal::NotAPeer {
+            peers: node.peers.clone(),
+            peer_listen: node.peer_listen.to_string(),
+        });
     }
     let mut ids = BTreeSet::new();
     for s in statuses.values() {
         if !ids.insert(s.node_id) {
-            return Err(format!("two --peers entries reach the same node {}: list each node once", s.node_id));
+            return Err(BootstrapRefusal::DuplicateNode(s.node_id));
         }
     }
     let domain = loop {
@@ -133,7 +233,7 @@ pub async fn bootstrap(node: Arc<Node>, pool: Arc<Pool>) -> Result<(), String> {
         }
     };
     if !node.adopt_domain(domain) {
-        return Err("this node joined another domain while bootstrapping: refusing".into());
+        return Err(BootstrapRefusal::JoinedMeanwhile);
     }
     for (addr, s) in &statuses {
         if s.node_id == node.id {
@@ -142,18 +242,18 @@ pub async fn bootstrap(node: Arc<Node>, pool: Arc<Pool>) -> Result<(), String> {
         match pool.call(addr, Some(s.node_id), Body::BootstrapReq(domain), Duration::from_secs(2)).await {
             Ok(Body::BootstrapResp(BootstrapAnswer::Ok)) => {}
             Ok(Body::BootstrapResp(BootstrapAnswer::AlreadyInDomain(d))) => {
-                return Err(format!("peer {addr} joined domain {d} meanwhile: refusing to bootstrap"));
+                return Err(BootstrapRefusal::PeerJoinedMeanwhile { addr: addr.clone(), domain: d });
             }
-            Ok(_) => return Err(format!("peer {addr}: unexpected answer to bootstrap")),
-            Err(e) => return Err(format!("peer {addr} failed during bootstrap: {e}")),
+            Ok(_) => return Err(BootstrapRefusal::UnexpectedAnswer { addr: addr.clone() }),
+            Err(error) => return Err(BootstrapRefusal::PeerFailed { addr: addr.clone(), error }),
         }
     }
     let members: BTreeMap<NodeId, NodeInfo> = statuses
         .iter()
         .map(|(addr, s)| (s.node_id, NodeInfo { peer: addr.clone(), client: s.client.clone(), admin: s.admin.clone() }))
         .collect();
-    let raft = node.raft.get().ok_or("raft is not running")?;
-    raft.initialize(members.clone()).await.map_err(|e| format!("cannot initialize the Raft group: {e}"))?;
+    let raft = node.raft.get().ok_or(BootstrapRefusal::RaftNotRunning)?;
+    raft.initialize(members.clone()).await.map_err(|e| BootstrapRefusal::Initialize(e.to_string()))?;
     info!(domain = %domain, members = ?members, "bootstrapped a new fencing domain");
     Ok(())
 }

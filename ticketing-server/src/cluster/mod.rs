@@ -122,7 +122,7 @@ pub enum ClusterError {
     /// Raft did not start.
     RaftStart(openraft::error::Fatal<NodeId>),
     /// `--bootstrap` refused to create a domain (nothing was changed).
-    BootstrapRefused(String),
+    BootstrapRefused(membership::BootstrapRefusal),
 }
 
 impl fmt::Display for ClusterError {
@@ -143,7 +143,8 @@ impl std::error::Error for ClusterError {
             ClusterError::Bind { source, .. } => Some(source),
             ClusterError::RaftConfig(e) => Some(e),
             ClusterError::RaftStart(e) => Some(e),
-            ClusterError::PeerCount(_) | ClusterError::BootstrapRefused(_) => None,
+            ClusterError::BootstrapRefused(e) => Some(e),
+            ClusterError::PeerCount(_) => None,
         }
     }
 }

@@ -5,7 +5,7 @@
 use super::late;
 use super::membership;
 use super::types::{NodeId, NodeInfo, TypeConfig};
-use super::wire::{self, Body, Envelope, Refusal, WireError, VERSION};
+use super::wire::{self, Body, Envelope, HandshakeRefusal, Refusal, TlsFailure, WireError, VERSION};
 use super::Node;
 use crate::manager::metrics::LimitMetrics;
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -161,7 +161,7 @@ async fn serve_conn(stream: TcpStream, from: SocketAddr, node: Arc<Node>) -> Res
             limits.metrics.peer_handshake_timeouts.inc();
             return Err(WireError::Timeout);
         }
-        Err(WireError::Refused(r)) if r == "auth_failed" => {
+        Err(WireError::Refused(HandshakeRefusal::AuthFailed)) => {
             warn!(%from, "peer refused: wrong peer token (auth_failed)");
             return Ok(());
         }
@@ -308,9 +308,11 @@ async fn respond(node: &Arc<Node>, env: Envelope) -> Body {
 
 /// Why an RPC to a peer failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RpcError {
-    /// Could not connect or complete the handshake.
-    Unreachable(String),
+    /// Could not connect or complete the handshake (the cause), or could
+    /// not encode the request.
+    Unreachable(WireError),
     /// The process at that address has another NodeId.
     WrongTarget {
         /// The NodeId the caller meant.
@@ -343,7 +345,14 @@ impl fmt::Display for RpcError {
     }
 }
 
-impl std::error::Error for RpcError {}
+impl std::error::Error for RpcError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RpcError::Unreachable(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 /// The calls on one connection waiting for their answers, by envelope id.
 type AwaitedAnswers = Arc<Mutex<HashMap<u64, oneshot::Sender<Envelope>>>>;
@@ -419,9 +428,9 @@ impl Pool {
                     WireError::Tls(_) | WireError::Refused(_) => warn!(peer = %addr, error = %e, "cannot join peer"),
                     _ => debug!(peer = %addr, error = %e, "cannot reach peer"),
                 }
-                return Err(RpcError::Unreachable(e.to_string()));
+                return Err(RpcError::Unreachable(e));
             }
-            Err(_) => return Err(RpcError::Unreachable("connect/handshake timed out".into())),
+            Err(_) => return Err(RpcError::Unreachable(WireError::Timeout)),
         };
         *guard = Some(c.clone());
         Ok(c)
@@ -435,11 +444,12 @@ impl Pool {
             None => Box::new(stream),
             Some(tls) => {
                 // The acceptor's certificate must name the host of its --peers entry.
-                let name = crate::tls::peer_server_name(addr).map_err(WireError::Tls)?;
+                let name = crate::tls::peer_server_name(addr)
+                    .ok_or_else(|| WireError::Tls(TlsFailure::ServerName { addr: addr.to_owned() }))?;
                 let s = TlsConnector::from(tls.client.clone())
                     .connect(name, stream)
                     .await
-                    .map_err(|e| WireError::Tls(e.to_string()))?;
+                    .map_err(|e| WireError::Tls(e.into()))?;
                 Box::new(s)
             }
         };
@@ -449,10 +459,9 @@ impl Pool {
         let (peer_id, _domain) =
             wire::dial_handshake(&mut r, &mut w, token.expose(), self.node.domain()).await.map_err(|e| match e {
                 // With TLS 1.3 the acceptor checks our certificate after our side of the TLS handshake is done.
-                WireError::Io(_) | WireError::Disconnected if tls.is_some() => WireError::Tls(format!(
-                    "the peer closed the connection before its greeting ({e}): \
-                     did its --peer-tls-ca refuse our certificate?"
-                )),
+                WireError::Io(_) | WireError::Disconnected if tls.is_some() => {
+                    WireError::Tls(TlsFailure::ClosedBeforeGreeting)
+                }
                 e => e,
             })?;
         let (tx, mut rx) = mpsc::channel::<Vec<u8>>(PEER_WRITE_QUEUE);
@@ -513,7 +522,7 @@ impl Pool {
         lock(&conn.pending).insert(id, tx);
         let env = Envelope { v: VERSION, id, to: conn.peer_id, domain: self.node.domain(), body };
         let sent = Sent { conn, id, rx };
-        let bytes = wire::encode(&env).map_err(|e| RpcError::Unreachable(e.to_string()))?;
+        let bytes = wire::encode(&env).map_err(RpcError::Unreachable)?;
         if sent.conn.tx.send(bytes).await.is_err() {
             sent.conn.alive.store(false, Ordering::Release);
             return Err(RpcError::ConnectionLost);

@@ -180,22 +180,27 @@ pub enum Body {
     Refused(Refusal),
 }
 
-/// A peer-protocol failure.
+/// A peer-protocol failure, by fault (docs/cluster-protocol.md): transport
+/// ([`WireError::Io`], [`WireError::Disconnected`], [`WireError::Timeout`],
+/// [`WireError::Tls`]), a peer that broke the protocol
+/// ([`WireError::Protocol`]), or a handshake refused by either side
+/// ([`WireError::Refused`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WireError {
     /// I/O error.
     Io(std::io::ErrorKind),
     /// The connection closed in the middle of the handshake.
     Disconnected,
     /// The peer broke the protocol.
-    Protocol(String),
-    /// The handshake was refused (`E <code>`).
-    Refused(String),
+    Protocol(Violation),
+    /// The handshake was refused.
+    Refused(HandshakeRefusal),
     /// Timed out.
     Timeout,
     /// The TLS handshake failed (a plain-TCP peer, or a certificate the
     /// peer CA did not sign or that does not name the peer's host).
-    Tls(String),
+    Tls(TlsFailure),
 }
 
 impl fmt::Display for WireError {
@@ -204,14 +209,275 @@ impl fmt::Display for WireError {
             WireError::Io(kind) => write!(f, "peer i/o: {kind}"),
             WireError::Disconnected => f.write_str("connection closed during the handshake"),
             WireError::Protocol(e) => write!(f, "peer protocol violation: {e}"),
-            WireError::Refused(e) => write!(f, "peer refused the handshake: E {e}"),
+            WireError::Refused(e) => write!(f, "peer handshake refused: {e}"),
             WireError::Timeout => f.write_str("peer timed out"),
             WireError::Tls(e) => write!(f, "peer TLS handshake failed: {e}"),
         }
     }
 }
 
-impl std::error::Error for WireError {}
+impl std::error::Error for WireError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            WireError::Protocol(e) => Some(e),
+            WireError::Refused(e) => Some(e),
+            WireError::Tls(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// How a peer broke the peer protocol (or, for [`Violation::Encode`], a
+/// frame this node could not build; nothing was sent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Violation {
+    /// postcard could not encode a frame.
+    Encode(postcard::Error),
+    /// A frame length (announced or encoded) outside 1 byte–16 MiB.
+    FrameLength(usize),
+    /// A frame body that is not one envelope.
+    BadMessage(postcard::Error),
+    /// Bytes left over after the envelope.
+    TrailingBytes(usize),
+    /// The stream ended inside a frame.
+    CutFrame,
+    /// A handshake line of 512 bytes without LF.
+    LineTooLong,
+    /// A handshake line that is not fields of visible ASCII (shown escaped).
+    MalformedLine(String),
+    /// A TLS ClientHello where `AUTH` was expected.
+    TlsClientHello,
+    /// The dialer closed the connection after the greeting without `AUTH`.
+    NoAuth,
+    /// A line other than `AUTH` after the greeting (shown escaped).
+    ExpectedAuth(String),
+    /// A greeting that is not `TICKETING-PEER <version> <nonce>`.
+    BadGreeting(Vec<String>),
+    /// A field of the `OK` answer that does not parse.
+    BadAnswerField {
+        /// `domain`, `node id` or `smac`.
+        field: &'static str,
+        /// Its text.
+        value: String,
+    },
+    /// An answer that is neither `OK …` nor `E <code>`.
+    BadAnswer(Vec<String>),
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Violation::Encode(e) => write!(f, "cannot encode: {e}"),
+            Violation::FrameLength(n) => write!(f, "frame length {n} out of range 1..=16MiB"),
+            Violation::BadMessage(e) => write!(f, "bad message: {e}"),
+            Violation::TrailingBytes(n) => write!(f, "bad message: {n} bytes after the envelope"),
+            Violation::CutFrame => f.write_str("stream ended inside a frame"),
+            Violation::LineTooLong => f.write_str("handshake line too long"),
+            Violation::MalformedLine(line) => write!(f, "malformed handshake line \"{line}\""),
+            Violation::TlsClientHello => {
+                f.write_str("expected AUTH, got a TLS ClientHello: the peer uses --peer-tls-*, this node does not")
+            }
+            Violation::NoAuth => write!(
+                f,
+                "the dialer closed the connection after our greeting \"TICKETING-PEER {VERSION}\" without AUTH \
+                 (a node speaking another peer protocol version does this: every node must run the same version)"
+            ),
+            Violation::ExpectedAuth(line) => write!(f, "expected AUTH, got \"{line}\""),
+            Violation::BadGreeting(fields) => write!(f, "bad peer greeting {fields:?}"),
+            Violation::BadAnswerField { field, value } => write!(f, "bad {field} {value:?}"),
+            Violation::BadAnswer(fields) => write!(f, "bad handshake answer {fields:?}"),
+        }
+    }
+}
+
+impl std::error::Error for Violation {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Violation::Encode(e) | Violation::BadMessage(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// The code of a handshake refusal: the word after `E ` on the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RefusalCode {
+    /// `auth_failed`: no peer token matched (or the acceptor's proof did not).
+    AuthFailed,
+    /// `wrong_version`: another peer protocol version.
+    WrongVersion,
+    /// `wrong_domain`: a node of another fencing domain.
+    WrongDomain,
+    /// `handshake_timeout`.
+    HandshakeTimeout,
+    /// `bad_frame`: not an `AUTH` line.
+    BadFrame,
+    /// `overloaded`: the peer connection limit.
+    Overloaded,
+    /// A code this version does not know.
+    Other(String),
+}
+
+impl RefusalCode {
+    /// The code of `word` (`auth_failed`, …; a trailing `:` is ignored).
+    pub fn parse(word: &str) -> RefusalCode {
+        match word.trim_end_matches(':') {
+            "auth_failed" => RefusalCode::AuthFailed,
+            "wrong_version" => RefusalCode::WrongVersion,
+            "wrong_domain" => RefusalCode::WrongDomain,
+            "handshake_timeout" => RefusalCode::HandshakeTimeout,
+            "bad_frame" => RefusalCode::BadFrame,
+            "overloaded" => RefusalCode::Overloaded,
+            other => RefusalCode::Other(other.to_owned()),
+        }
+    }
+
+    /// The code as on the wire.
+    pub fn as_str(&self) -> &str {
+        match self {
+            RefusalCode::AuthFailed => "auth_failed",
+            RefusalCode::WrongVersion => "wrong_version",
+            RefusalCode::WrongDomain => "wrong_domain",
+            RefusalCode::HandshakeTimeout => "handshake_timeout",
+            RefusalCode::BadFrame => "bad_frame",
+            RefusalCode::Overloaded => "overloaded",
+            RefusalCode::Other(code) => code,
+        }
+    }
+}
+
+impl fmt::Display for RefusalCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a peer handshake was refused, and by whom.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HandshakeRefusal {
+    /// The other side answered `E <code> [detail]`.
+    ByPeer {
+        /// The code.
+        code: RefusalCode,
+        /// The rest of its line (empty when it gave none).
+        detail: String,
+    },
+    /// (Acceptor) the dialer's `AUTH` matched none of our peer tokens; we
+    /// answered `E auth_failed`.
+    AuthFailed,
+    /// (Dialer) the acceptor's proof does not match our token.
+    BadProof,
+    /// (Dialer) the acceptor speaks another peer protocol version; we
+    /// answered `E wrong_version`.
+    WrongVersion {
+        /// The version in its greeting.
+        theirs: String,
+    },
+    /// (Dialer) the acceptor is in another fencing domain; we answered `E wrong_domain`.
+    WrongDomain {
+        /// This node's domain.
+        ours: DomainId,
+        /// The acceptor's.
+        theirs: DomainId,
+    },
+}
+
+impl HandshakeRefusal {
+    /// The wire code of the refusal.
+    pub fn code(&self) -> RefusalCode {
+        match self {
+            HandshakeRefusal::ByPeer { code, .. } => code.clone(),
+            HandshakeRefusal::AuthFailed | HandshakeRefusal::BadProof => RefusalCode::AuthFailed,
+            HandshakeRefusal::WrongVersion { .. } => RefusalCode::WrongVersion,
+            HandshakeRefusal::WrongDomain { .. } => RefusalCode::WrongDomain,
+        }
+    }
+
+    /// `E <code> [detail]` as received.
+    fn by_peer(line: &str) -> HandshakeRefusal {
+        let (code, detail) = line.split_once(' ').unwrap_or((line, ""));
+        HandshakeRefusal::ByPeer { code: RefusalCode::parse(code), detail: detail.trim().to_owned() }
+    }
+}
+
+impl fmt::Display for HandshakeRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            HandshakeRefusal::ByPeer { code, detail } if detail.is_empty() => write!(f, "the peer answered E {code}"),
+            HandshakeRefusal::ByPeer { code, detail } => write!(f, "the peer answered E {code} {detail}"),
+            HandshakeRefusal::AuthFailed => {
+                f.write_str("auth_failed (the peer's AUTH matches none of our peer tokens)")
+            }
+            HandshakeRefusal::BadProof => f.write_str("auth_failed (the peer's proof does not match)"),
+            HandshakeRefusal::WrongVersion { theirs } => write!(
+                f,
+                "wrong_version: the peer speaks peer protocol {theirs}, this node {VERSION}; \
+                 every node of a cluster must run the same version"
+            ),
+            HandshakeRefusal::WrongDomain { ours, theirs } => {
+                write!(f, "wrong_domain (peer is in {theirs}, we are in {ours})")
+            }
+        }
+    }
+}
+
+impl std::error::Error for HandshakeRefusal {}
+
+/// Why the TLS layer of a peer connection failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsFailure {
+    /// The host of a `--peers` address is not a TLS server name.
+    ServerName {
+        /// The address.
+        addr: String,
+    },
+    /// The TLS handshake failed.
+    Handshake {
+        /// The I/O error kind it ended with.
+        kind: std::io::ErrorKind,
+        /// rustls's reason.
+        reason: String,
+    },
+    /// (Dialer) the acceptor closed after the TLS handshake, before its
+    /// greeting: with TLS 1.3 it checks our certificate only then.
+    ClosedBeforeGreeting,
+}
+
+impl fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TlsFailure::ServerName { addr } => write!(f, "peer address {addr:?}: not a TLS server name"),
+            TlsFailure::Handshake { reason, .. } => f.write_str(reason),
+            TlsFailure::ClosedBeforeGreeting => f.write_str(
+                "the peer closed the connection before its greeting: did its --peer-tls-ca refuse our certificate?",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TlsFailure {}
+
+impl From<std::io::Error> for TlsFailure {
+    fn from(e: std::io::Error) -> TlsFailure {
+        TlsFailure::Handshake { kind: e.kind(), reason: e.to_string() }
+    }
+}
+
+impl From<Violation> for WireError {
+    fn from(v: Violation) -> WireError {
+        WireError::Protocol(v)
+    }
+}
+
+impl From<HandshakeRefusal> for WireError {
+    fn from(r: HandshakeRefusal) -> WireError {
+        WireError::Refused(r)
+    }
+}
 
 impl From<std::io::Error> for WireError {
     fn from(e: std::io::Error) -> WireError {
@@ -245,12 +511,12 @@ pub fn encode_into(env: &Envelope, out: &mut Vec<u8>) -> Result<(), WireError> {
     out.extend_from_slice(&[0; 4]);
     if let Err(e) = postcard::serialize_with_flavor(env, Append(out)) {
         out.truncate(start);
-        return Err(WireError::Protocol(format!("cannot encode: {e}")));
+        return Err(Violation::Encode(e).into());
     }
     let n = out.len() - start - 4;
     if n == 0 || n > MAX_BODY {
         out.truncate(start);
-        return Err(WireError::Protocol(format!("frame of {n} bytes is out of range")));
+        return Err(Violation::FrameLength(n).into());
     }
     out[start..start + 4].copy_from_slice(&(n as u32).to_be_bytes());
     Ok(())
@@ -267,8 +533,8 @@ pub fn encode(env: &Envelope) -> Result<Vec<u8>, WireError> {
 pub fn decode_body(buf: &[u8]) -> Result<Envelope, WireError> {
     match postcard::take_from_bytes::<Envelope>(buf) {
         Ok((env, [])) => Ok(env),
-        Ok((_, rest)) => Err(WireError::Protocol(format!("bad message: {} bytes after the envelope", rest.len()))),
-        Err(e) => Err(WireError::Protocol(format!("bad message: {e}"))),
+        Ok((_, rest)) => Err(Violation::TrailingBytes(rest.len()).into()),
+        Err(e) => Err(Violation::BadMessage(e).into()),
     }
 }
 
@@ -276,7 +542,7 @@ pub fn decode_body(buf: &[u8]) -> Result<Envelope, WireError> {
 fn frame_len(header: [u8; 4]) -> Result<usize, WireError> {
     let n = u32::from_be_bytes(header) as usize;
     if n == 0 || n > MAX_BODY {
-        return Err(WireError::Protocol(format!("frame length {n} out of range 1..=16MiB")));
+        return Err(Violation::FrameLength(n).into());
     }
     Ok(n)
 }
@@ -324,11 +590,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 },
             };
             if n == 0 {
-                return if self.buf.is_empty() {
-                    Ok(None)
-                } else {
-                    Err(WireError::Protocol("stream ended inside a frame".into()))
-                };
+                return if self.buf.is_empty() { Ok(None) } else { Err(WireError::Protocol(Violation::CutFrame)) };
             }
         }
     }
@@ -368,12 +630,12 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Envelo
         return Ok(None);
     }
     let mut len = [first[0], 0, 0, 0];
-    r.read_exact(&mut len[1..]).await.map_err(|_| WireError::Protocol("stream ended inside a frame".into()))?;
+    r.read_exact(&mut len[1..]).await.map_err(|_| WireError::Protocol(Violation::CutFrame))?;
     let n = frame_len(len)?;
     let mut buf = Vec::with_capacity(n.min(READ_CHUNK));
     (&mut *r).take(n as u64).read_to_end(&mut buf).await?;
     if buf.len() < n {
-        return Err(WireError::Protocol("stream ended inside a frame".into()));
+        return Err(WireError::Protocol(Violation::CutFrame));
     }
     decode_body(&buf).map(Some)
 }
@@ -385,7 +647,7 @@ async fn read_raw_line<R: AsyncBufRead + Unpin>(r: &mut R) -> Result<Vec<u8>, Wi
     limited.read_until(b'\n', &mut line).await?;
     if line.last() != Some(&b'\n') {
         return Err(if line.len() >= MAX_FRAME {
-            WireError::Protocol("handshake line too long".into())
+            WireError::Protocol(Violation::LineTooLong)
         } else {
             WireError::Disconnected
         });
@@ -400,8 +662,17 @@ async fn read_fields<R: AsyncBufRead + Unpin>(r: &mut R) -> Result<Vec<String>, 
     match line_fields(&line) {
         // Fields are visible ASCII: the lossy conversion never loses anything.
         Ok(Some((fields, _))) => Ok(fields.iter().map(|f| String::from_utf8_lossy(f).into_owned()).collect()),
-        _ => Err(WireError::Protocol(format!("malformed handshake line {:?}", String::from_utf8_lossy(&line)))),
+        _ => Err(Violation::MalformedLine(escaped(&line)).into()),
     }
+}
+
+/// A handshake line as text, non-printable bytes escaped.
+fn escaped(line: &[u8]) -> String {
+    line.iter().flat_map(|b| std::ascii::escape_default(*b)).map(char::from).collect()
+}
+
+fn bad_field(field: &'static str, value: &str) -> WireError {
+    Violation::BadAnswerField { field, value: value.to_owned() }.into()
 }
 
 fn domain_text(d: Option<DomainId>) -> String {
@@ -428,19 +699,12 @@ where
     let first_line = async {
         // 0x16 opens a TLS handshake record: say so instead of waiting for an LF.
         if r.fill_buf().await?.first() == Some(&0x16) {
-            return Err(WireError::Protocol(
-                "expected AUTH, got a TLS ClientHello: the peer uses --peer-tls-*, this node does not".into(),
-            ));
+            return Err(Violation::TlsClientHello.into());
         }
         read_raw_line(r).await
     };
     let line = match tokio::time::timeout(limit, first_line).await {
-        Ok(Err(WireError::Disconnected)) => {
-            return Err(WireError::Protocol(format!(
-                "the dialer closed the connection after our greeting \"TICKETING-PEER {VERSION}\" without AUTH \
-                 (a node speaking another peer protocol version does this: every node must run the same version)"
-            )))
-        }
+        Ok(Err(WireError::Disconnected)) => return Err(Violation::NoAuth.into()),
         Ok(l) => l?,
         Err(_) => {
             let _ = w.write_all(b"E handshake_timeout\n").await;
@@ -449,14 +713,12 @@ where
     };
     // A dialer that refuses our greeting says why (`E wrong_version …`).
     if let Some(reason) = line.strip_prefix(b"E ") {
-        let reason = String::from_utf8_lossy(reason.trim_ascii_end()).into_owned();
-        return Err(WireError::Refused(format!("the dialer refused our greeting: {reason}")));
+        return Err(HandshakeRefusal::by_peer(&String::from_utf8_lossy(reason.trim_ascii_end())).into());
     }
     // The AUTH line of the client port's handshake, byte for byte.
     let Ok(Some((ClientFrame::Auth { cnonce, cmac }, _))) = decode_client(&line) else {
         let _ = w.write_all(b"E bad_frame\n").await;
-        let shown: String = line.iter().take(80).flat_map(|b| std::ascii::escape_default(*b)).map(char::from).collect();
-        return Err(WireError::Protocol(format!("expected AUTH, got \"{shown}\"")));
+        return Err(Violation::ExpectedAuth(escaped(&line[..line.len().min(80)])).into());
     };
     let empty = [Secret::default()];
     let tokens = if tokens.is_empty() { &empty[..] } else { tokens };
@@ -464,7 +726,7 @@ where
     else {
         let _ = w.write_all(b"E auth_failed\n").await;
         let _ = w.flush().await;
-        return Err(WireError::Refused("auth_failed".into()));
+        return Err(HandshakeRefusal::AuthFailed.into());
     };
     let smac = auth::mac(token.expose(), Label::PeerServer, &snonce, &cnonce);
     w.write_all(format!("OK {} {own_id} {}\n", domain_text(domain), smac.to_hex_string()).as_bytes()).await?;
@@ -494,15 +756,12 @@ where
             let _ =
                 w.write_all(format!("E wrong_version: this node speaks peer protocol {VERSION}\n").as_bytes()).await;
             let _ = w.flush().await;
-            return Err(WireError::Refused(format!(
-                "wrong_version: the peer speaks peer protocol {v}, this node {VERSION}; \
-                 every node of a cluster must run the same version"
-            )));
+            return Err(HandshakeRefusal::WrongVersion { theirs: v.clone() }.into());
         }
         [magic, _, n] if magic == "TICKETING-PEER" => Hex32::parse(n.as_bytes()).ok(),
         _ => None,
     }
-    .ok_or_else(|| WireError::Protocol(format!("bad peer greeting {greeting:?}")))?;
+    .ok_or_else(|| Violation::BadGreeting(greeting.clone()))?;
     let cnonce = auth::nonce(&mut rand_core::OsRng);
     let cmac = auth::mac(token, Label::PeerClient, &snonce, &cnonce);
     w.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), cmac.to_hex_string()).as_bytes()).await?;
@@ -513,23 +772,25 @@ where
         ["OK", domain, id, smac] => {
             let domain = match *domain {
                 "-" => None,
-                d => Some(DomainId::parse(d).ok_or_else(|| WireError::Protocol(format!("bad domain {d:?}")))?),
+                d => Some(DomainId::parse(d).ok_or_else(|| bad_field("domain", d))?),
             };
-            let id: NodeId = id.parse().map_err(|_| WireError::Protocol(format!("bad node id {id:?}")))?;
-            let smac = Hex32::parse(smac.as_bytes()).map_err(|_| WireError::Protocol("bad smac".into()))?;
+            let id: NodeId = id.parse().map_err(|_| bad_field("node id", id))?;
+            let smac = Hex32::parse(smac.as_bytes()).map_err(|_| bad_field("smac", smac))?;
             if !auth::verify(token, Label::PeerServer, &snonce, &cnonce, &smac) {
-                return Err(WireError::Refused("auth_failed (the peer's proof does not match)".into()));
+                return Err(HandshakeRefusal::BadProof.into());
             }
             if let (Some(mine), Some(theirs)) = (own_domain, domain) {
                 if mine != theirs {
                     let _ = w.write_all(b"E wrong_domain\n").await;
-                    return Err(WireError::Refused(format!("wrong_domain (peer is in {theirs}, we are in {mine})")));
+                    return Err(HandshakeRefusal::WrongDomain { ours: mine, theirs }.into());
                 }
             }
             Ok((id, domain))
         }
-        ["E", code, ..] => Err(WireError::Refused((*code).to_owned())),
-        _ => Err(WireError::Protocol(format!("bad handshake answer {answer:?}"))),
+        ["E", code, detail @ ..] => {
+            Err(HandshakeRefusal::ByPeer { code: RefusalCode::parse(code), detail: detail.join(" ") }.into())
+        }
+        _ => Err(Violation::BadAnswer(answer).into()),
     }
 }
 
