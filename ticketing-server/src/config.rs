@@ -813,4 +813,26 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn start_grace_from_flag_and_file_and_its_range() {
+        assert_eq!(Config::resolve(cli(&[])).unwrap().limits.start_grace, Duration::ZERO);
+        let c = Config::resolve(cli(&["--start-grace", "2.5"])).unwrap();
+        assert_eq!(c.limits.start_grace, Duration::from_millis(2_500));
+        assert_eq!(
+            Config::resolve(cli(&["--start-grace", "250"])).unwrap().limits.start_grace,
+            Duration::from_secs(250)
+        );
+        let p = tmp("grace.toml", "start_grace = 30\n");
+        let c = Config::resolve(cli(&["--config", p.to_str().unwrap()])).unwrap();
+        assert_eq!(c.limits.start_grace, Duration::from_secs(30));
+        for bad in ["-1", "250.5", "NaN", "inf"] {
+            match Config::resolve(cli(&[&format!("--start-grace={bad}")])) {
+                Err(e @ ConfigError::Invalid { setting: "--start-grace", .. }) => {
+                    assert!(e.to_string().contains("0-250"), "{e}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
 }
