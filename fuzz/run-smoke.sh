@@ -14,7 +14,7 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 SECS=${1:-10}
 SAN=${TICKETING_FUZZ_SANITIZER:-none}
-TARGETS="decode_client decode_server session server_conn peer_handshake peer_frame"
+TARGETS="decode_client decode_server session server_conn peer_handshake peer_frame leader"
 if ! cargo +nightly --version >/dev/null 2>&1; then
     echo "fuzz: SKIPPED: no nightly toolchain (rustup toolchain install nightly)"
     exit 0
