@@ -6,7 +6,7 @@
 //! inside the command) and gives the same [`Applied`] on every node for the
 //! same sequence of commands. Standalone mode applies commands directly; cluster mode applies
 //! the same commands after Raft commits them. Waiters, wait timers and lease
-//! timers are leader-local and live in `manager`; only holders (with the
+//! timers are leader-local and live in `leader`; only holders (with the
 //! domain time of their grant), the token counter and the largest applied
 //! domain time are replicated (docs/protocol.md, "Domain time").
 
