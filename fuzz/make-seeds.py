@@ -84,3 +84,12 @@ envs = [
 # Peer protocol 1 (JSON) frames: refused.
 old = [b'{"v":1,"id":5,"to":1,"domain":null,"body":"StatusReq"}']
 write('peer_frame', [frame(e) for e in envs + old] + [b'\0\0\0\0', b'\x01\0\0\x01', b'\0\0\0\x03abc', frame(envs[0]) + frame(envs[1])])
+# leader: grace byte, then (op, arg) pairs: 0/1 acquire, 2 release, 3 query,
+# 4/5 commit, 6 fail, 7 time, 8 EOF/close, 9 leadership (fuzz_targets/leader.rs).
+write('leader', [
+    bytes([0, 0, 0x00, 0x10, 4, 0, 0, 0x30, 2, 0, 4, 0, 4, 0, 7, 200]),
+    bytes([0, 0, 0, 0x21, 0x30, 0x22, 4, 0, 7, 60, 4, 0, 7, 60, 4, 0, 3, 0]),
+    bytes([1, 0, 0, 0x30, 0, 0x31, 7, 30, 7, 30, 4, 0, 4, 0, 2, 0, 4, 0]),
+    bytes([0, 0, 0, 0, 0, 6, 1, 9, 2, 4, 0, 0, 0, 8, 1, 7, 255, 4, 0]),
+    bytes([2, 0, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 7, 100, 7, 100, 4, 0, 4, 0]),
+])

@@ -16,7 +16,7 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 SECS=${1:-10}
 SAN=${TICKETING_FUZZ_SANITIZER:-none}
-TARGETS="decode_client decode_server session server_conn peer_handshake peer_frame"
+TARGETS="decode_client decode_server session server_conn peer_handshake peer_frame leader"
 # skip_all WHY: every target skipped (never counted as passed).
 skip_all() {
     local n=0

@@ -81,7 +81,7 @@ fuzz_target!(|data: &[u8]| {
                 let _ = s.cancel(OpId(u64::from(arg) % (op + 1)));
                 rest = &rest[1.min(rest.len())..];
             }
-            5 => s.close(CloseReason::Local),
+            5 => s.close(CloseReason::Cancelled),
             _ => s.handle_closed(),
         }
         drain(&mut s, &mut closed);

@@ -71,7 +71,7 @@ macro_rules! text_field {
         pub struct $name(Bytes);
 
         impl $name {
-            #[doc = concat!("Validates a ", $what, ": 1–", stringify!($max), " bytes in 0x21–0x7E.")]
+            #[doc = concat!("Validates a ", $what, ": 1 to `", stringify!($max), "` bytes in 0x21–0x7E.")]
             pub fn new(value: impl Into<Bytes>) -> Result<Self, FieldError> {
                 let value = value.into();
                 if value.is_empty() || value.len() > $max {
@@ -109,12 +109,12 @@ macro_rules! text_field {
 }
 
 text_field!(
-    /// A lock key: 1–250 visible ASCII bytes.
-    Key, 250, "key"
+    /// A lock key: 1–250 ([`MAX_KEY_LEN`](crate::limits::MAX_KEY_LEN)) visible ASCII bytes.
+    Key, crate::limits::MAX_KEY_LEN, "key"
 );
 text_field!(
-    /// The owner of one logical acquire: 1–64 visible ASCII bytes.
-    Owner, 64, "owner"
+    /// The owner of one logical acquire: 1–64 ([`MAX_OWNER_LEN`](crate::limits::MAX_OWNER_LEN)) visible ASCII bytes.
+    Owner, crate::limits::MAX_OWNER_LEN, "owner"
 );
 text_field!(
     /// A client address `host:port` as announced in `M` and `L`: 1–255 visible ASCII bytes.

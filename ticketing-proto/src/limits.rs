@@ -7,6 +7,10 @@ use std::time::Duration;
 
 /// A whole frame, LF included, is at most this many bytes.
 pub const MAX_FRAME: usize = 512;
+/// Longest key, bytes.
+pub const MAX_KEY_LEN: usize = 250;
+/// Longest owner, bytes.
+pub const MAX_OWNER_LEN: usize = 64;
 /// Largest legal `wait` (seconds).
 pub const MAX_WAIT: u8 = 255;
 /// Largest legal `lease` (seconds).

@@ -3,7 +3,7 @@
 //! Every binding calls these before anything is sent.
 
 use crate::field::{Key, Owner};
-use crate::limits::{MAX_LEASE, MAX_WAIT, MIN_LEASE};
+use crate::limits::{MAX_KEY_LEN, MAX_LEASE, MAX_WAIT, MIN_LEASE};
 use rand_core::RngCore;
 use std::fmt;
 
@@ -54,7 +54,7 @@ impl fmt::Display for ParamError {
                 write!(f, "{name} must be within {min}..={max} seconds (rounded up), got {value}")
             }
             ParamError::Key { key } => {
-                write!(f, "key must be 1-250 visible ASCII bytes (0x21-0x7E, no space), got {key:?}")
+                write!(f, "key must be 1-{MAX_KEY_LEN} visible ASCII bytes (0x21-0x7E, no space), got {key:?}")
             }
         }
     }

@@ -221,6 +221,11 @@ async fn serve_clients<F: Future>(
         // No tokens = auth off (docs/protocol.md §3). Say so loudly when a file was given.
         warn!("the client tokens file holds no token: client authentication is OFF");
     }
+    if !config.is_standalone() && config.limits.start_grace.is_zero() {
+        // Memory mode: a whole-cluster restart is a new domain that forgets
+        // its holders (docs/deployment.md, "Start grace").
+        warn!("--start-grace is 0: a new domain grants at once; after a restart of every node set it to the longest lease in use");
+    }
     info!(
         advertise = %advertise,
         mode = if config.is_standalone() { "standalone" } else { "cluster" },

@@ -76,6 +76,9 @@ fn parse_wait(field: &[u8]) -> Result<u8, FrameError> {
     u8::try_from(n).map_err(|_| bad("wait out of range 0-255"))
 }
 
+// The message below names the range of `limits`.
+const _: () = assert!(MIN_LEASE == 1 && MAX_LEASE == 250);
+
 fn parse_lease(field: &[u8]) -> Result<u8, FrameError> {
     match parse_u64(field)? {
         n if (u64::from(MIN_LEASE)..=u64::from(MAX_LEASE)).contains(&n) => Ok(n as u8),

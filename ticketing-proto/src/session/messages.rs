@@ -123,8 +123,6 @@ pub enum CloseReason {
     AnswerTimeout,
     /// A possibly-sent acquire was cancelled (docs/client.md, Acquire step 7).
     Cancelled,
-    /// Closed by the caller.
-    Local,
 }
 
 impl CloseReason {

@@ -1,0 +1,165 @@
+//! The pure leader (`ticketing_server::leader::Leader`) driven by arbitrary
+//! bytes on a simulated clock, with a `LockState` as its replicator: each
+//! byte pair is one step (a request from one of three connections, a
+//! commit, a failed or lost batch, time passing, EOF, a close, a leadership
+//! change). Checked after every step: no panic, the leader's internal
+//! counts and its timer table match its state (`Leader::check`), no request
+//! is answered twice, caps hold, tokens strictly increase.
+#![no_main]
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use libfuzzer_sys::fuzz_target;
+use ticketing_proto::{Addr, Key, Owner, RequestId, ServerFrame, Token};
+use ticketing_server::config::Limits;
+use ticketing_server::leader::{Batch, ConnId, Delivery, Leader, Request};
+use ticketing_server::locks::LockState;
+use ticketing_server::manager::Metrics;
+use ticketing_server::replication::{Leadership, ProposeError};
+
+fn key(n: u8) -> Key {
+    Key::new(format!("k{}", n % 4)).unwrap()
+}
+
+fuzz_target!(|data: &[u8]| {
+    let me = Addr::new("127.0.0.1:1".to_owned()).unwrap();
+    let limits = Limits {
+        max_waiters_per_key: 3,
+        max_waiters: 6,
+        max_held_keys: 3,
+        tick_ms: 300,
+        start_grace: Duration::from_millis(u64::from(data.first().copied().unwrap_or(0) % 4) * 500),
+        ..Limits::default()
+    };
+    let mut now = Instant::now();
+    let mut leader = Leader::new(limits.clone(), Arc::new(Metrics::default()), me.clone(), now);
+    let mut state = LockState::new();
+    let mut epoch = 1;
+    let serving = |epoch, serving| Leadership { serving, active: true, leader: Some(me.clone()), epoch };
+    leader.handle_leadership(now, &serving(epoch, true), &state);
+    let mut conns = [ConnId(1), ConnId(2), ConnId(3)];
+    let mut next_conn = 4;
+    for c in conns {
+        leader.handle_conn_opened(now, c, "10.0.0.1:1".into());
+    }
+    let mut pending: VecDeque<Batch> = VecDeque::new();
+    let mut answered: HashMap<(ConnId, RequestId), ()> = HashMap::new();
+    let mut granted: HashMap<Key, Vec<(Owner, Token)>> = HashMap::new();
+    let mut last_token = 0;
+    let mut next_id = 0u64;
+
+    for step in data.chunks(2).skip(1) {
+        let (op, arg) = (step[0], step.get(1).copied().unwrap_or(0));
+        let conn = conns[usize::from(arg % 3)];
+        match op % 10 {
+            0 | 1 => {
+                next_id += 1;
+                let r = Request::Acquire {
+                    id: RequestId(next_id),
+                    key: key(arg >> 2),
+                    owner: Owner::new(format!("o{next_id}")).unwrap(),
+                    wait: (arg >> 4) % 4,
+                    lease: 1 + (op >> 4) % 3,
+                    read_at: now,
+                };
+                leader.handle_request(now, conn, r);
+            }
+            2 => {
+                next_id += 1;
+                let k = key(arg >> 2);
+                let given = granted.get(&k).cloned().unwrap_or_default();
+                let (owner, token) = given
+                    .get(usize::from(op >> 4) % (given.len() + 1))
+                    .cloned()
+                    .unwrap_or_else(|| (Owner::new("nobody").unwrap(), Token::new(7).unwrap()));
+                leader.handle_request(now, conn, Request::Release { id: RequestId(next_id), key: k, owner, token });
+            }
+            3 => {
+                next_id += 1;
+                let owner = Owner::new(format!("o{}", op >> 2)).unwrap();
+                leader.handle_request(now, conn, Request::Holds { id: RequestId(next_id), key: key(arg >> 2), owner });
+            }
+            4 | 5 => {
+                if let Some(b) = pending.pop_front() {
+                    let outcome = state.apply_all(&b.cmds);
+                    leader.handle_committed(now, b.id, Ok(outcome), &state);
+                }
+            }
+            6 => {
+                if let Some(b) = pending.pop_front() {
+                    if arg & 1 == 1 {
+                        state.apply_all(&b.cmds); // committed, but the outcome was lost
+                    }
+                    leader.handle_committed(now, b.id, Err(ProposeError::Unknown), &state);
+                }
+            }
+            7 => {
+                let until = now + Duration::from_millis(u64::from(arg) * 20);
+                while let Some(at) = leader.poll_timeout().filter(|at| *at <= until) {
+                    now = now.max(at);
+                    leader.handle_timeout(now);
+                    while let Some((c, d)) = leader.poll_delivery() {
+                        check_delivery(c, d, &mut answered, &mut granted, &mut last_token);
+                    }
+                    while let Some(b) = leader.poll_proposal() {
+                        pending.push_back(b);
+                    }
+                }
+                now = until;
+            }
+            8 => {
+                if arg & 1 == 0 {
+                    leader.handle_leave_queues(now, conn);
+                } else {
+                    leader.handle_conn_closed(now, conn);
+                    conns[usize::from(arg % 3)] = ConnId(next_conn);
+                    leader.handle_conn_opened(now, ConnId(next_conn), "10.0.0.2:1".into());
+                    next_conn += 1;
+                }
+            }
+            _ => {
+                // Batches in flight commit first or are lost; their outcomes come later.
+                for b in pending.iter() {
+                    if arg & 2 == 2 {
+                        state.apply_all(&b.cmds);
+                    }
+                }
+                epoch += 1;
+                leader.handle_leadership(now, &serving(epoch, arg & 1 == 0), &state);
+                for b in pending.drain(..) {
+                    leader.handle_committed(now, b.id, Err(ProposeError::NotLeader(None)), &state);
+                }
+            }
+        }
+        while let Some((c, d)) = leader.poll_delivery() {
+            check_delivery(c, d, &mut answered, &mut granted, &mut last_token);
+        }
+        while let Some(b) = leader.poll_proposal() {
+            assert!(!b.cmds.is_empty() && b.cmds.len() <= 128);
+            pending.push_back(b);
+        }
+        leader.check();
+        assert!(leader.held() <= limits.max_held_keys && leader.waiters() <= limits.max_waiters);
+        assert!(leader.timers_len() <= leader.held() + leader.waiters() + 2);
+    }
+});
+
+fn check_delivery(
+    conn: ConnId,
+    d: Delivery,
+    answered: &mut HashMap<(ConnId, RequestId), ()>,
+    granted: &mut HashMap<Key, Vec<(Owner, Token)>>,
+    last_token: &mut u64,
+) {
+    let id = match &d {
+        Delivery::Reply { id, .. } | Delivery::Dropped(id) => *id,
+        Delivery::Fatal(_) => return,
+    };
+    assert!(answered.insert((conn, id), ()).is_none(), "request {id} answered twice");
+    if let Delivery::Reply { frame: ServerFrame::Granted { key, owner, token, .. }, .. } = d {
+        assert!(token.get() > *last_token, "tokens strictly increase");
+        *last_token = token.get();
+        granted.entry(key).or_default().push((owner, token));
+    }
+}
