@@ -6,6 +6,8 @@
 use crate::cluster::{self, ClusterError};
 use crate::config::Config;
 use crate::conn::ConnContext;
+use crate::durable::standalone::DurableStandalone;
+use crate::durable::DataDir;
 use crate::listener::Listener;
 use crate::manager::{self, ManagerHandle, Metrics};
 use crate::reload::Material;
@@ -39,15 +41,18 @@ pub fn advertise_addr(config: &Config, listener: &TcpListener) -> Result<Addr> {
 /// THE ONE SEAM for cluster mode: builds the openraft-backed [`Replicator`]
 /// (peer port, Raft, bootstrap or join) announcing `advertise` to clients,
 /// with the peer tokens and peer TLS of `material`. `metrics`: where the
-/// peer port counts what its limits refuse.
+/// peer port counts what its limits refuse; `data`: the opened `--data-dir`
+/// (durable mode).
 pub async fn cluster_replicator(
     config: &Config,
     advertise: &Addr,
     material: &Material,
     metrics: &Metrics,
+    data: Option<Arc<DataDir>>,
 ) -> Result<cluster::Started, ClusterError> {
     let mut cc = cluster::ClusterConfig::from_config(config, advertise.clone(), material);
     cc.limits.metrics = metrics.limits.clone();
+    cc.data = data;
     cluster::start(cc).await
 }
 
@@ -67,13 +72,31 @@ pub async fn run_reloading(
     shutdown: impl Future,
     reload: Option<tokio::signal::unix::Signal>,
 ) -> Result<()> {
+    let data = crate::durable::open_for(&config)?;
+    run_opened(config, data, listener, shutdown, reload).await
+}
+
+/// [`run_reloading`] with `--data-dir` already opened (`data`, durable
+/// mode; `None` in memory mode): the binary opens it before it binds, so a
+/// refused DIR never prints the ready line.
+pub async fn run_opened(
+    config: Config,
+    data: Option<Arc<DataDir>>,
+    listener: TcpListener,
+    shutdown: impl Future,
+    reload: Option<tokio::signal::unix::Signal>,
+) -> Result<()> {
     let advertise = advertise_addr(&config, &listener)?;
     let metrics = Arc::new(Metrics::new(!config.is_standalone()));
     let material = Arc::new(Material::load(&config)?);
     let (replicator, cluster, failed): (Arc<dyn Replicator>, _, _) = if config.is_standalone() {
-        (Arc::new(Standalone::new(advertise.clone())), None, None)
+        let replicator: Arc<dyn Replicator> = match data {
+            Some(dir) => Arc::new(DurableStandalone::open(advertise.clone(), dir)?),
+            None => Arc::new(Standalone::new(advertise.clone())),
+        };
+        (replicator, None, None)
     } else {
-        let started = cluster_replicator(&config, &advertise, &material, &metrics).await?;
+        let started = cluster_replicator(&config, &advertise, &material, &metrics, data).await?;
         (started.replicator.clone(), Some(started.replicator), Some(started.failed))
     };
     // Stops on the signal, or with the error of a refused bootstrap.
