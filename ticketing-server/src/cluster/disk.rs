@@ -199,8 +199,9 @@ mod tests {
             let rt = tokio::runtime::Runtime::new().unwrap();
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 rt.block_on(async {
-                    let (_g, l, m) = openraft::testing::StoreBuilder::build(&Builder).await?;
-                    f(l, m).await
+                    let (_g, l, m) =
+                        openraft::testing::StoreBuilder::build(&Builder).await.map_err(|e| e.to_string())?;
+                    f(l, m).await.map_err(|e| e.to_string())
                 })
             }));
             match r {
