@@ -32,8 +32,8 @@ fn kill_9_of_every_node_keeps_the_domain_holders_and_tokens() {
         c.start(i, i == 0);
     }
     let leader = c.wait_serving(secs(30)).expect("a leader after the restart of every node");
-    for i in 0..3 {
-        assert_eq!(identity(&c, i, secs(10)).as_ref(), Some(&ids[i]), "node {i} kept its NodeId and domain");
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(identity(&c, i, secs(10)).as_ref(), Some(id), "node {i} kept its NodeId and domain");
         assert!(!c.log(i).contains("bootstrapped a new fencing domain"), "node {i}: {}", c.log(i));
     }
     let port = c.nodes[leader].client;

@@ -40,8 +40,8 @@ fn memory_node_is_replaced_durable_nodes_are_kept() {
     c.start(0, true);
     c.start(1, false);
     let leader = c.wait_serving(secs(30)).expect("the domain survives losing two durable nodes' processes");
-    for i in 0..2 {
-        assert_eq!(identity(&c, i, secs(10)).as_ref(), Some(&ids[i]), "durable node {i} kept its identity");
+    for (i, id) in ids.iter().enumerate().take(2) {
+        assert_eq!(identity(&c, i, secs(10)).as_ref(), Some(id), "durable node {i} kept its identity");
     }
     let held = query_once(c.nodes[leader].client, "k", "o1");
     assert!(held.starts_with(&format!("H 1 k o1 {t1} ")), "the holder survives: {held}");
