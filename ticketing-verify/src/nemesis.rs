@@ -45,6 +45,11 @@ pub enum Nemesis {
     PauseClient,
     /// The leader stopped (SIGSTOP) past the election timeout, then SIGCONT.
     PauseLeader,
+    /// Durable cluster: `kill -9` of every node at once, each restarted on
+    /// its data dir; the domain, its holders and its token counter survive.
+    RestartAll,
+    /// Durable standalone server: `kill -9`, restarted on its data dir.
+    RestartStandalone,
 }
 
 impl Nemesis {
@@ -63,6 +68,17 @@ impl Nemesis {
         Nemesis::PauseLeader,
     ];
 
+    /// The faults a run of `nodes` nodes (1: a standalone server) in durable
+    /// mode or not can take: the whole-cluster restart needs durable nodes,
+    /// a standalone server takes only its own restart.
+    pub fn for_run(nodes: usize, durable: bool) -> Vec<Nemesis> {
+        match (nodes, durable) {
+            (1, _) => vec![Nemesis::RestartStandalone],
+            (_, true) => Nemesis::ALL.iter().copied().chain([Nemesis::RestartAll]).collect(),
+            (_, false) => Nemesis::ALL.to_vec(),
+        }
+    }
+
     /// Its name in the history and the table.
     pub fn name(self) -> &'static str {
         match self {
@@ -77,12 +93,14 @@ impl Nemesis {
             Nemesis::RollingRestart => "rolling-restart",
             Nemesis::PauseClient => "pause-client",
             Nemesis::PauseLeader => "pause-leader",
+            Nemesis::RestartAll => "restart-all",
+            Nemesis::RestartStandalone => "restart-standalone",
         }
     }
 
     /// Parses a name.
     pub fn parse(s: &str) -> Option<Nemesis> {
-        Nemesis::ALL.into_iter().find(|n| n.name() == s)
+        Nemesis::ALL.into_iter().chain([Nemesis::RestartAll, Nemesis::RestartStandalone]).find(|n| n.name() == s)
     }
 }
 
@@ -231,7 +249,31 @@ impl World {
                 Ok(Done { heal: mono_ns(), detail: format!("leader {l} stopped (SIGSTOP) for {total} ms") })
             }
             Nemesis::PauseClient => self.pause_client().await,
+            Nemesis::RestartAll | Nemesis::RestartStandalone => self.restart_all().await,
         }
+    }
+
+    /// `kill -9` of every node (writers running), then each restarted on
+    /// its data dir; healed once a leader serves again.
+    async fn restart_all(&mut self) -> anyhow::Result<Done> {
+        let n = self.cluster.nodes.len();
+        for i in 0..n {
+            self.cluster.kill9(i);
+        }
+        let down = self.rng.range(0, 1500);
+        sleep(Duration::from_millis(down)).await;
+        let t = Instant::now();
+        for i in 0..n {
+            self.cluster.start(i, false)?;
+        }
+        let l = self.leader().await?;
+        Ok(Done {
+            heal: mono_ns(),
+            detail: format!(
+                "kill -9 of all {n} node(s), down {down} ms, node {l} serving {} ms after the restart",
+                t.elapsed().as_millis()
+            ),
+        })
     }
 
     async fn pause_client(&mut self) -> anyhow::Result<Done> {
