@@ -187,6 +187,9 @@ pub struct Cli {
     /// The leader commits a `Tick` after this many ms without any other commit (domain time), ms.
     #[arg(long, env = "TICKETING_TICK_MS", value_name = "MS")]
     pub tick_ms: Option<u64>,
+    /// Seconds (0-250, fractions allowed) a new domain grants nothing after it can serve (memory mode restarts).
+    #[arg(long, env = "TICKETING_START_GRACE", value_name = "SECONDS")]
+    pub start_grace: Option<f64>,
 }
 
 /// `peers` in the TOML file: a list or one comma-separated string.
@@ -252,6 +255,10 @@ pub struct Limits {
     /// Domain time (docs/protocol.md, "Domain time"): the leader commits a
     /// `Tick` after this many ms without any other commit.
     pub tick_ms: u64,
+    /// The start grace (docs/deployment.md, "Start grace"): a new domain
+    /// grants nothing before its domain time reaches this. A durable node
+    /// (it remembers its holders) sets 0.
+    pub start_grace: Duration,
 }
 
 impl Default for Limits {
@@ -265,6 +272,7 @@ impl Default for Limits {
             max_write_buffer_bytes: 1024 * 1024,
             max_peer_connections: 64,
             tick_ms: 500,
+            start_grace: Duration::ZERO,
         }
     }
 }
@@ -380,6 +388,17 @@ fn seconds(setting: &'static str, given: Option<f64>, default: Duration) -> Resu
     }
 }
 
+/// `--start-grace`: seconds (fractions allowed) in [0, the longest lease];
+/// 0 when not given (docs/deployment.md, "Start grace").
+fn start_grace(given: Option<f64>) -> Result<Duration, ConfigError> {
+    let max = f64::from(ticketing_proto::limits::MAX_LEASE);
+    match given {
+        None => Ok(Duration::ZERO),
+        Some(s) if s.is_finite() && (0.0..=max).contains(&s) => Ok(Duration::from_secs_f64(s)),
+        Some(s) => Err(invalid("--start-grace", format!("must be a number of seconds in 0-{max}, got {s}"))),
+    }
+}
+
 /// The client tokens: the lines of `file` (if given), then the
 /// comma-separated `TICKETING_CLIENT_TOKENS`, duplicates removed. Read at
 /// start and on every reload.
@@ -461,6 +480,7 @@ impl Config {
             ("election_timeout_min_ms", d.election_timeout_min_ms.to_string()),
             ("election_timeout_max_ms", d.election_timeout_max_ms.to_string()),
             ("tick_ms", d.limits.tick_ms.to_string()),
+            ("start_grace", d.limits.start_grace.as_secs_f64().to_string()),
         ];
         let mut cmd = Cli::command();
         for (id, value) in defaults {
@@ -546,6 +566,7 @@ impl Config {
             max_write_buffer_bytes: cli.max_write_buffer_bytes.unwrap_or(dl.max_write_buffer_bytes),
             max_peer_connections: cli.max_peer_connections.unwrap_or(dl.max_peer_connections),
             tick_ms: cli.tick_ms.unwrap_or(dl.tick_ms),
+            start_grace: start_grace(cli.start_grace)?,
         };
         if !(10..=60_000).contains(&limits.tick_ms) {
             return Err(invalid("--tick-ms", format!("must be in 10-60000 ms, got {}", limits.tick_ms)));

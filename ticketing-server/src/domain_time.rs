@@ -14,7 +14,7 @@
 //! simulated clock below.
 
 use std::time::Duration;
-use tokio::time::Instant;
+use std::time::Instant;
 
 /// One serving leader's domain clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

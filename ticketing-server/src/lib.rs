@@ -10,6 +10,7 @@ pub mod conn;
 pub mod domain_time;
 pub mod durable;
 pub mod gencerts;
+pub mod leader;
 pub mod listener;
 pub mod locks;
 pub mod manager;
@@ -31,5 +32,11 @@ pub(crate) mod test_fields {
     /// An owner from a literal known to be valid.
     pub fn o(s: &str) -> Owner {
         Owner::new(s.to_owned()).unwrap()
+    }
+
+    /// The start of a simulated clock (the leader's tests read no clock
+    /// but this one origin; every later time is `t0() + d`).
+    pub fn t0() -> std::time::Instant {
+        std::time::Instant::now()
     }
 }

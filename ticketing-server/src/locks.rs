@@ -12,6 +12,7 @@
 
 mod snapshot;
 mod table;
+pub mod wire;
 
 pub use snapshot::SnapshotError;
 
@@ -29,11 +30,24 @@ pub struct NextHolder {
     pub lease_s: u8,
 }
 
+/// Why a grant is freed: its holder's `R`, or the end of its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum FreeReason {
+    /// Its holder released it (`R`).
+    Release,
+    /// Its lease ended.
+    Expiry,
+}
+
 /// A replicated command. Every variant carries the proposing leader's domain
 /// time `dt` (ms, docs/protocol.md "Domain time"); those that can issue a
 /// token also carry its wall clock (`micros` since the Unix epoch) for the
 /// token rule of docs/protocol.md §6.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// On the wire (a Raft log entry) a [`Command::Free`] is the `Release` or
+/// `Expire` command of docs/cluster-protocol.md "Log entries", by its
+/// reason: the encoding is that of [`wire::WireCommand`], unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
     /// Grant a free key.
     Grant {
@@ -48,23 +62,11 @@ pub enum Command {
         /// Proposer's domain time, ms.
         dt: u64,
     },
-    /// Release the exact grant `(owner, token)` and hand over to `next`.
-    Release {
-        /// The key.
-        key: Key,
-        /// Holder's owner.
-        owner: Owner,
-        /// Holder's token.
-        token: Token,
-        /// Queue head to hand the key to, in this same command.
-        next: Option<NextHolder>,
-        /// Proposer's wall clock, µs since the epoch.
-        micros: u64,
-        /// Proposer's domain time, ms.
-        dt: u64,
-    },
-    /// The lease of the exact grant `(owner, token)` ended; hand over to `next`.
-    Expire {
+    /// Free the exact grant `(owner, token)` — released by its holder or
+    /// expired — and hand the key over to `next` in this same command.
+    Free {
+        /// Why: a release or an expiry (only the outcome's name differs).
+        reason: FreeReason,
         /// The key.
         key: Key,
         /// Holder's owner.
@@ -91,7 +93,7 @@ impl Command {
     /// The key the command is about (`None` for a `Tick`).
     pub fn key(&self) -> Option<&Key> {
         match self {
-            Command::Grant { key, .. } | Command::Release { key, .. } | Command::Expire { key, .. } => Some(key),
+            Command::Grant { key, .. } | Command::Free { key, .. } => Some(key),
             Command::Tick { .. } => None,
         }
     }
@@ -99,11 +101,20 @@ impl Command {
     /// The proposer's domain time, ms.
     pub fn dt(&self) -> u64 {
         match self {
-            Command::Grant { dt, .. }
-            | Command::Release { dt, .. }
-            | Command::Expire { dt, .. }
-            | Command::Tick { dt } => *dt,
+            Command::Grant { dt, .. } | Command::Free { dt, .. } | Command::Tick { dt } => *dt,
         }
+    }
+}
+
+impl Serialize for Command {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        wire::WireCommandRef::from(self).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Command {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Command, D::Error> {
+        wire::WireCommand::deserialize(d).map(Command::from)
     }
 }
 
@@ -114,18 +125,19 @@ pub enum Applied {
     Granted(Token),
     /// `Grant` found the key held: nothing changed.
     AlreadyHeld,
-    /// `Release` matched and took effect; `handed_over` is the next holder's
-    /// token if the command named one.
-    Released {
+    /// `Grant` found the key free but the token counter at its end
+    /// (2^63 − 1): nothing changed, and no grant can ever take effect again.
+    TokensExhausted,
+    /// `Free` matched and took effect; `handed_over` is the next holder's
+    /// token if the command named one (`None` for a named one only when the
+    /// token counter is at its end: the key is then free).
+    Freed {
+        /// The command's reason.
+        reason: FreeReason,
         /// Token of the next holder, if any.
         handed_over: Option<Token>,
     },
-    /// `Expire` matched and took effect.
-    Expired {
-        /// Token of the next holder, if any.
-        handed_over: Option<Token>,
-    },
-    /// `Release`/`Expire` did not match the current holder: nothing changed.
+    /// `Free` did not match the current holder: nothing changed.
     NotHolder,
     /// `Tick`: only the domain time moved.
     Ticked,
@@ -228,23 +240,18 @@ impl LockState {
                 if self.held.contains(key.as_bytes()) {
                     return Applied::AlreadyHeld;
                 }
-                let Some(token) = self.next_token(*micros) else { return Applied::AlreadyHeld };
+                let Some(token) = self.next_token(*micros) else { return Applied::TokensExhausted };
                 self.held.insert(key.as_bytes(), owner.as_bytes(), token, *lease_s, *dt);
                 Applied::Granted(token)
             }
-            Command::Release { key, owner, token, next, micros, dt }
-            | Command::Expire { key, owner, token, next, micros, dt } => {
+            Command::Free { reason, key, owner, token, next, micros, dt } => {
                 match self.held.get(key.as_bytes()) {
                     Some(h) if h.owner == owner.as_bytes() && h.token == token.get() => {}
                     _ => return Applied::NotHolder,
                 }
                 self.held.remove(key.as_bytes());
                 let handed_over = self.hand_over(key, next, *micros, *dt);
-                if matches!(cmd, Command::Release { .. }) {
-                    Applied::Released { handed_over }
-                } else {
-                    Applied::Expired { handed_over }
-                }
+                Applied::Freed { reason: *reason, handed_over }
             }
         }
     }
@@ -283,8 +290,16 @@ mod tests {
         assert_eq!(s.apply(&Command::Tick { dt: 5_400 }), Applied::Ticked);
         assert_eq!(s.domain_time(), 5_500);
         let next = Some(NextHolder { owner: o("o2"), lease_s: 3 });
-        let r = Command::Release { key: k("a"), owner: o("o1"), token: t1, next, micros: 2, dt: 6_000 };
-        assert!(matches!(s.apply(&r), Applied::Released { handed_over: Some(_) }));
+        let r = Command::Free {
+            reason: FreeReason::Release,
+            key: k("a"),
+            owner: o("o1"),
+            token: t1,
+            next,
+            micros: 2,
+            dt: 6_000,
+        };
+        assert!(matches!(s.apply(&r), Applied::Freed { reason: FreeReason::Release, handed_over: Some(_) }));
         let h = s.holder(&k("a")).unwrap();
         assert_eq!((h.granted_dt, h.end_dt()), (6_000, 9_000), "a hand-over is granted at the release's time");
         let snap = LockState::from_snapshot(&s.to_snapshot()).unwrap();
@@ -306,13 +321,29 @@ mod tests {
         let mut s = LockState::new();
         let Applied::Granted(t1) = s.apply(&grant("a", "o1", 1)) else { panic!() };
         let next = Some(NextHolder { owner: o("o2"), lease_s: 9 });
-        let r = Command::Release { key: k("a"), owner: o("o1"), token: t1, next: next.clone(), micros: 1, dt: 0 };
-        let Applied::Released { handed_over: Some(t2) } = s.apply(&r) else { panic!() };
+        let r = Command::Free {
+            reason: FreeReason::Release,
+            key: k("a"),
+            owner: o("o1"),
+            token: t1,
+            next: next.clone(),
+            micros: 1,
+            dt: 0,
+        };
+        let Applied::Freed { reason: FreeReason::Release, handed_over: Some(t2) } = s.apply(&r) else { panic!() };
         assert!(t2 > t1);
         assert_eq!(s.holder(&k("a")).unwrap(), Holder { owner: o("o2"), token: t2, lease_s: 9, granted_dt: 0 });
         // the same release again does not match any more, and an expiry of the old grant neither
         assert_eq!(s.apply(&r), Applied::NotHolder);
-        let e = Command::Expire { key: k("a"), owner: o("o1"), token: t1, next: None, micros: 1, dt: 0 };
+        let e = Command::Free {
+            reason: FreeReason::Expiry,
+            key: k("a"),
+            owner: o("o1"),
+            token: t1,
+            next: None,
+            micros: 1,
+            dt: 0,
+        };
         assert_eq!(s.apply(&e), Applied::NotHolder);
         assert_eq!(s.holder(&k("a")).unwrap().token, t2);
     }
@@ -323,14 +354,46 @@ mod tests {
         let Applied::Granted(t) = s.apply(&grant("a", "o1", 1)) else { panic!() };
         let other = Token::new(t.get() + 1).unwrap();
         for cmd in [
-            Command::Release { key: k("a"), owner: o("o2"), token: t, next: None, micros: 0, dt: 0 },
-            Command::Release { key: k("a"), owner: o("o1"), token: other, next: None, micros: 0, dt: 0 },
-            Command::Release { key: k("b"), owner: o("o1"), token: t, next: None, micros: 0, dt: 0 },
+            Command::Free {
+                reason: FreeReason::Release,
+                key: k("a"),
+                owner: o("o2"),
+                token: t,
+                next: None,
+                micros: 0,
+                dt: 0,
+            },
+            Command::Free {
+                reason: FreeReason::Release,
+                key: k("a"),
+                owner: o("o1"),
+                token: other,
+                next: None,
+                micros: 0,
+                dt: 0,
+            },
+            Command::Free {
+                reason: FreeReason::Release,
+                key: k("b"),
+                owner: o("o1"),
+                token: t,
+                next: None,
+                micros: 0,
+                dt: 0,
+            },
         ] {
             assert_eq!(s.apply(&cmd), Applied::NotHolder);
         }
-        let e = Command::Expire { key: k("a"), owner: o("o1"), token: t, next: None, micros: 0, dt: 0 };
-        assert_eq!(s.apply(&e), Applied::Expired { handed_over: None });
+        let e = Command::Free {
+            reason: FreeReason::Expiry,
+            key: k("a"),
+            owner: o("o1"),
+            token: t,
+            next: None,
+            micros: 0,
+            dt: 0,
+        };
+        assert_eq!(s.apply(&e), Applied::Freed { reason: FreeReason::Expiry, handed_over: None });
         assert_eq!(s.held_count(), 0);
     }
 
@@ -338,7 +401,7 @@ mod tests {
     fn token_never_reaches_2_pow_63() {
         let mut s = LockState::new();
         assert!(matches!(s.apply(&grant("a", "o", u64::MAX)), Applied::Granted(t) if t.get() == TOKEN_MAX));
-        assert_eq!(s.apply(&grant("b", "o", u64::MAX)), Applied::AlreadyHeld);
+        assert_eq!(s.apply(&grant("b", "o", u64::MAX)), Applied::TokensExhausted, "exhaustion is reported as itself");
         assert_eq!(s.last_token(), TOKEN_MAX);
     }
 
@@ -394,11 +457,27 @@ mod tests {
             }
             Step::Release { key: n, pick, next: nx, micros } => {
                 let (owner, token) = grant_of(*n, *pick);
-                Command::Release { key: key(*n), owner, token, next: next(nx), micros: *micros, dt: dt(micros) }
+                Command::Free {
+                    reason: FreeReason::Release,
+                    key: key(*n),
+                    owner,
+                    token,
+                    next: next(nx),
+                    micros: *micros,
+                    dt: dt(micros),
+                }
             }
             Step::Expire { key: n, pick, next: nx, micros } => {
                 let (owner, token) = grant_of(*n, *pick);
-                Command::Expire { key: key(*n), owner, token, next: next(nx), micros: *micros, dt: dt(micros) }
+                Command::Free {
+                    reason: FreeReason::Expiry,
+                    key: key(*n),
+                    owner,
+                    token,
+                    next: next(nx),
+                    micros: *micros,
+                    dt: dt(micros),
+                }
             }
         }
     }
@@ -431,7 +510,7 @@ mod tests {
                 prop_assert_eq!(&ea, &b.apply(c));
                 effects.push(ea.clone());
                 let issued = match ea {
-                    Applied::Granted(t) | Applied::Released { handed_over: Some(t) } | Applied::Expired { handed_over: Some(t) } => Some(t),
+                    Applied::Granted(t) | Applied::Freed { handed_over: Some(t), .. } => Some(t),
                     _ => None,
                 };
                 if let Some(t) = issued {

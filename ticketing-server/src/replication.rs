@@ -94,23 +94,6 @@ impl dyn Replicator {
         out
     }
 
-    /// Every applied holder (a new leader restarts their leases).
-    pub fn applied_holders(&self) -> Vec<(Key, Holder)> {
-        let mut out = Vec::new();
-        self.with_applied(&mut |s| out = s.holders().collect());
-        out
-    }
-
-    /// The largest applied domain time and every applied holder, read
-    /// together (a new leader starts its domain clock from them).
-    pub fn applied_holders_at(&self) -> (u64, Vec<(Key, Holder)>) {
-        let mut out = (0, Vec::new());
-        self.with_applied(&mut |s| {
-            out = (s.domain_time(), s.holders().collect());
-        });
-        out
-    }
-
     /// Held keys and the last token.
     pub fn applied_summary(&self) -> AppliedSummary {
         let mut out = AppliedSummary::default();

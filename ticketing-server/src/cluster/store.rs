@@ -311,7 +311,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
 mod tests {
     use super::super::types::Batch;
     use super::*;
-    use crate::locks::{Applied, Command};
+    use crate::locks::{Applied, Command, FreeReason};
     use openraft::{CommittedLeaderId, EntryPayload};
     use ticketing_proto::{Key, Owner, Token};
 
@@ -354,7 +354,15 @@ mod tests {
             dt: micros,
         };
         let t = |n| Token::new(n).unwrap();
-        let release = Command::Release { key: k("a"), owner: o("o1"), token: t(10), next: None, micros: 0, dt: 12 };
+        let release = Command::Free {
+            reason: FreeReason::Release,
+            key: k("a"),
+            owner: o("o1"),
+            token: t(10),
+            next: None,
+            micros: 0,
+            dt: 12,
+        };
         let cmds = vec![
             grant("a", "o1", 10),
             grant("b", "o2", 5),
@@ -374,7 +382,7 @@ mod tests {
             Applied::Granted(t(11)),
             Applied::Ticked,
             Applied::AlreadyHeld,
-            Applied::Released { handed_over: None },
+            Applied::Freed { reason: FreeReason::Release, handed_over: None },
             Applied::NotHolder,
             Applied::Granted(t(12)),
         ];
@@ -395,7 +403,8 @@ mod tests {
         use crate::test_fields::{k, o};
         let b = Batch(vec![
             Command::Grant { key: k("k1"), owner: o("o1"), lease_s: 5, micros: 1764547200000000, dt: 81234 },
-            Command::Release {
+            Command::Free {
+                reason: FreeReason::Release,
                 key: k("k2"),
                 owner: o("o2"),
                 token: Token::new(1764547199000001).unwrap(),

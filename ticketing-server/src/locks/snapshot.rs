@@ -170,7 +170,7 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::locks::{Command, NextHolder};
+    use crate::locks::{Command, FreeReason, NextHolder};
 
     use crate::test_fields::{k, o};
 
@@ -182,7 +182,15 @@ mod tests {
         }
         let h = s.holder(&k("a")).unwrap();
         let next = Some(NextHolder { owner: o("next"), lease_s: 9 });
-        s.apply(&Command::Release { key: k("a"), owner: h.owner, token: h.token, next, micros: 99, dt: 7 });
+        s.apply(&Command::Free {
+            reason: FreeReason::Release,
+            key: k("a"),
+            owner: h.owner,
+            token: h.token,
+            next,
+            micros: 99,
+            dt: 7,
+        });
         s
     }
 

@@ -1,78 +1,33 @@
-//! The leader's lock manager (docs/protocol.md §6): one task that owns the
-//! per-key projection (holder, FIFO waiters, lease and wait timers), turns
-//! client requests into [`Command`](crate::locks::Command)s proposed through
-//! the [`Replicator`], and routes the committed
-//! [`Applied`](crate::locks::Applied) effects back to the connections as
-//! `A`/`T`/`B`/`R`/`N`.
+//! The lock manager task (docs/architecture.md): a thin tokio driver
+//! around the pure [`Leader`](crate::leader::Leader), which holds every
+//! rule of docs/protocol.md §4–6. The driver reads the clock, feeds the
+//! leader its inputs (requests of the connections, finished batches,
+//! leadership changes, timeouts), hands its outputs on — deliveries to each
+//! connection's bounded queue with `try_send`, batches to the
+//! [`Replicator`] — and sleeps until the leader's next timer.
 //!
 //! - this module: the messages and the [`ManagerHandle`];
-//! - `projection`: the projection itself, a plain struct (no tokio);
-//! - `task`: the task's loop, requests, timers and leadership changes;
-//! - `proposals`: what needs proposing per key, and routing the outcomes;
+//! - `driver`: the task's `select!` loop;
 //! - `metrics`: the metrics registry.
 //!
-//! Invariants:
-//! - Nothing is answered `A`, `R` or `N` before its command is committed.
-//! - At most one proposal per key is in flight; requests for that key that
-//!   need a proposal wait for it, so a release and an expiry of the same
-//!   grant can never both take effect, and hand-over happens in the same
-//!   command as the release/expiry.
-//! - Every operation costs O(1) or O(log n) (hash maps, per-key `VecDeque`,
-//!   one deadline heap with lazy invalidation); nothing scans all keys
-//!   except a leadership change, which rebuilds the projection from the
-//!   applied state by design (docs/protocol.md §6, "A new leader").
-//! - The manager never awaits a connection or a proposal: the commands it
-//!   needs are proposed in batches (one Raft entry each, at most one batch in
-//!   flight, docs/cluster-protocol.md "Log entries"); a batch being committed
-//!   runs in its own task and reports back through a channel, one the
-//!   replicator answers at once (standalone) is routed inline; answers are
-//!   handed to the connection's bounded queue with `try_send`.
+//! The driver never awaits a connection or a proposal: a batch being
+//! committed runs in its own task and reports back through a channel; one
+//! the replicator answers at once (standalone) is fed back inline, without
+//! a task or a channel round trip.
 
+mod driver;
 pub mod metrics;
-pub mod projection;
-mod proposals;
-mod task;
 
+pub use crate::leader::{owner_prefix, ConnId, Delivery, HolderInfo, LockInfo, WaiterInfo};
 pub use metrics::Metrics;
 
 use crate::config::Limits;
 use crate::replication::Replicator;
 use std::fmt;
 use std::sync::Arc;
-use ticketing_proto::{Addr, Key, Owner, RequestId, ServerFrame, Token};
+use ticketing_proto::{Addr, Key, Owner, RequestId, Token};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-
-/// Identifies one client connection for the lifetime of the process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnId(pub u64);
-
-impl fmt::Display for ConnId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-/// Identifies one queued acquire inside the manager (never reused; a
-/// waiter put back at the head of its queue gets a new one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct WaiterId(u64);
-
-/// What the manager delivers to a connection.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Delivery {
-    /// The final answer to request `id` (`A`, `T`, `B`, `R` or `N`).
-    Reply {
-        /// The request this answers.
-        id: RequestId,
-        /// The frame to write.
-        frame: ServerFrame,
-    },
-    /// Write this frame (`M`, `E no_leader`, …) and close the connection.
-    Fatal(ServerFrame),
-    /// Request `id` left its queue unanswered (its connection sent EOF).
-    Dropped(RequestId),
-}
 
 /// What a connection (or the server) asks of the manager.
 #[derive(Debug)]
@@ -154,51 +109,6 @@ pub enum ManagerRequest {
     },
 }
 
-/// What `/locks/<key>` shows of an owner: its first 8 characters, and never
-/// more than half of it — owner and token together could release the lock,
-/// so the full owner never leaves the leader (docs/deployment.md, "Admin HTTP").
-pub fn owner_prefix(owner: &Owner) -> String {
-    let s = owner.as_str();
-    s[..(s.len() / 2).min(8)].to_owned()
-}
-
-/// The current holder of a key, as the leader projects it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct HolderInfo {
-    /// The owner's prefix ([`owner_prefix`]), never the full owner.
-    pub owner_prefix: String,
-    /// Its fencing token.
-    pub token: Token,
-    /// Milliseconds until its lease ends (at the leader, by domain time).
-    pub remaining_ms: u64,
-    /// Domain time (ms) of the grant; the lease ends at `granted_dt + lease`.
-    pub granted_dt: u64,
-}
-
-/// One waiter of a key, as the leader projects it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct WaiterInfo {
-    /// The owner's prefix ([`owner_prefix`]), never the full owner.
-    pub owner_prefix: String,
-    /// The waiting client's address (`ip:port`).
-    pub client: String,
-    /// Milliseconds since the server read its `A`.
-    pub waited_ms: u64,
-    /// Milliseconds until its `wait` ends (then it is answered `T`).
-    pub wait_left_ms: u64,
-}
-
-/// A read-only snapshot of one key (the body of `/locks/<key>`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct LockInfo {
-    /// The committed holder, if any (a grant still being committed is not shown).
-    pub holder: Option<HolderInfo>,
-    /// Every waiter, in FIFO order (the head is granted next).
-    pub waiters: Vec<WaiterInfo>,
-    /// The leader's domain time (ms) when the snapshot was taken.
-    pub domain_time_ms: u64,
-}
-
 /// A cloneable handle to the manager task.
 #[derive(Clone)]
 pub struct ManagerHandle {
@@ -259,7 +169,7 @@ impl ManagerHandle {
 /// redirect, see [`crate::replication::redirect`]).
 pub fn spawn(replicator: Arc<dyn Replicator>, limits: Limits, metrics: Arc<Metrics>, advertise: Addr) -> ManagerHandle {
     let (tx, rx) = mpsc::channel(4096);
-    task::start(replicator, limits, metrics.clone(), advertise, rx);
+    driver::start(replicator, limits, metrics.clone(), advertise, rx);
     ManagerHandle { tx, metrics }
 }
 

@@ -1,4 +1,7 @@
-//! The manager task end to end (standalone replicator, real tokio time).
+//! The driver end to end (a standalone or gated replicator, the tokio
+//! runtime): registration, deliveries to the connections' queues, batches
+//! committed at once or in a task, queries. The rules themselves are tested
+//! on a simulated clock in `leader::tests`.
 
 use super::*;
 use crate::replication::Standalone;
@@ -36,28 +39,22 @@ async fn next(rx: &mut mpsc::Receiver<Delivery>) -> ServerFrame {
 }
 
 #[tokio::test]
-async fn held_keys_cap_is_checked_again_when_a_queued_free_key_is_granted() {
-    let limits = Limits { max_held_keys: 1, ..Limits::default() };
-    let (h, mut rx) = setup(limits).await;
-    // A no-op release keeps key "a" busy; the A behind it waits for it.
-    let release = ManagerRequest::Release {
-        conn: ConnId(1),
-        id: RequestId(1),
-        key: k("a"),
-        owner: o("x"),
-        token: Token::new(5).unwrap(),
-    };
-    h.send(release).await.unwrap();
-    acquire(&h, 2, "a", "o1", 0, 5).await;
-    // Meanwhile key "b" takes the only held-key slot.
-    acquire(&h, 3, "b", "o2", 0, 5).await;
-    let mut frames = Vec::new();
-    for _ in 0..3 {
-        frames.push(next(&mut rx).await);
-    }
-    assert!(frames.contains(&ServerFrame::NotHolder { id: RequestId(1), key: k("a") }), "{frames:?}");
-    assert!(frames.iter().any(|f| matches!(f, ServerFrame::Granted { id: RequestId(3), .. })), "{frames:?}");
-    assert!(frames.contains(&ServerFrame::Busy { id: RequestId(2), key: k("a") }), "{frames:?}");
+async fn answers_reach_the_connection_and_the_gauges_follow() {
+    let (h, mut rx) = setup(Limits::default()).await;
+    acquire(&h, 1, "a", "o1", 0, 5).await;
+    let ServerFrame::Granted { token: t1, .. } = next(&mut rx).await else { panic!() };
+    acquire(&h, 2, "a", "o2", 10, 5).await;
+    h.send(ManagerRequest::Holds { conn: ConnId(1), id: RequestId(3), key: k("a"), owner: o("o1") }).await.unwrap();
+    assert!(matches!(next(&mut rx).await, ServerFrame::Held { id: RequestId(3), token, .. } if token == t1));
+    assert_eq!((h.metrics().held_keys.get(), h.metrics().waiters.get()), (1, 1));
+    h.send(ManagerRequest::Release { conn: ConnId(1), id: RequestId(4), key: k("a"), owner: o("o1"), token: t1 })
+        .await
+        .unwrap();
+    assert_eq!(next(&mut rx).await, ServerFrame::Released { id: RequestId(4), key: k("a") });
+    assert!(matches!(next(&mut rx).await, ServerFrame::Granted { id: RequestId(2), .. }));
+    let info = h.lock_info(k("a")).await.unwrap();
+    assert_eq!(info.holder.map(|h| h.owner_prefix), Some("o".to_owned()));
+    assert_eq!((h.metrics().grants.get(), h.metrics().waiters.get()), (2, 0));
 }
 
 #[tokio::test]
@@ -74,28 +71,6 @@ async fn leave_queues_drops_waiters_but_keeps_answering() {
     assert!(matches!(next(&mut rx).await, ServerFrame::Granted { id: RequestId(3), .. }));
     let info = h.lock_info(Key::new("lq").unwrap()).await.unwrap();
     assert!(info.waiters.is_empty());
-}
-
-#[tokio::test]
-async fn grant_queue_release_handover_and_query() {
-    let (h, mut rx) = setup(Limits::default()).await;
-    acquire(&h, 1, "a", "o1", 0, 5).await;
-    let ServerFrame::Granted { token: t1, .. } = next(&mut rx).await else { panic!() };
-    acquire(&h, 2, "a", "o2", 0, 5).await;
-    assert_eq!(next(&mut rx).await, ServerFrame::Timeout { id: RequestId(2), key: k("a") });
-    acquire(&h, 3, "a", "o3", 10, 5).await;
-    let info = h.lock_info(k("a")).await.unwrap();
-    assert_eq!(info.waiters.len(), 1);
-    assert_eq!(info.holder.as_ref().unwrap().token, t1);
-    h.send(ManagerRequest::Release { conn: ConnId(1), id: RequestId(4), key: k("a"), owner: o("o1"), token: t1 })
-        .await
-        .unwrap();
-    assert_eq!(next(&mut rx).await, ServerFrame::Released { id: RequestId(4), key: k("a") });
-    let ServerFrame::Granted { id, token: t2, owner, .. } = next(&mut rx).await else { panic!() };
-    assert_eq!((id, owner), (RequestId(3), o("o3")));
-    assert!(t2 > t1);
-    assert_eq!(h.metrics().grants.get(), 2);
-    assert_eq!(h.metrics().held_keys.get(), 1);
 }
 
 #[tokio::test]
@@ -123,55 +98,6 @@ async fn closed_connection_leaves_queue() {
     assert_eq!(next(&mut rx).await, ServerFrame::Released { id: RequestId(2), key: k("a") });
     assert!(h.lock_info(k("a")).await.unwrap().holder.is_none());
     assert!(rx2.try_recv().is_err());
-}
-
-#[tokio::test]
-async fn query_answers_h_for_the_holder_and_n_otherwise_and_changes_nothing() {
-    let (h, mut rx) = setup(Limits::default()).await;
-    acquire(&h, 1, "q", "owner-one-0123456789", 0, 5).await;
-    let ServerFrame::Granted { token, .. } = next(&mut rx).await else { panic!() };
-    acquire(&h, 2, "q", "owner-two-0123456789", 30, 5).await;
-    let ask = |id: u64, key: &str, owner: &str| ManagerRequest::Holds {
-        conn: ConnId(1),
-        id: RequestId(id),
-        key: k(key),
-        owner: o(owner),
-    };
-    h.send(ask(3, "q", "owner-one-0123456789")).await.unwrap();
-    match next(&mut rx).await {
-        ServerFrame::Held { id, key, owner, token: t, remaining_ms } => {
-            assert_eq!((id, key, owner, t), (RequestId(3), k("q"), o("owner-one-0123456789"), token));
-            assert!((1..=5000).contains(&remaining_ms), "{remaining_ms}");
-        }
-        other => panic!("{other:?}"),
-    }
-    h.send(ask(4, "q", "owner-two-0123456789")).await.unwrap();
-    assert_eq!(
-        next(&mut rx).await,
-        ServerFrame::NotHolder { id: RequestId(4), key: k("q") },
-        "a waiter is not a holder"
-    );
-    h.send(ask(5, "nothing-here", "owner-one-0123456789")).await.unwrap();
-    assert_eq!(next(&mut rx).await, ServerFrame::NotHolder { id: RequestId(5), key: k("nothing-here") });
-    let info = h.lock_info(k("q")).await.unwrap();
-    assert_eq!(info.holder.as_ref().map(|h| (h.token, h.owner_prefix.as_str())), Some((token, "owner-on")));
-    assert_eq!(info.waiters.len(), 1, "queries change nothing");
-    assert_eq!(info.waiters[0].client, "127.0.0.1:50001");
-    assert_eq!(info.waiters[0].owner_prefix, "owner-tw");
-    assert_eq!(h.metrics().queries.get(), 3);
-}
-
-#[tokio::test]
-async fn ticks_are_committed_while_nothing_else_is() {
-    let limits = Limits { tick_ms: 20, ..Limits::default() };
-    let (h, _rx) = setup(limits).await;
-    let end = Instant::now() + Duration::from_secs(5);
-    while h.metrics().ticks.get() < 3 {
-        assert!(Instant::now() < end, "no ticks");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let info = h.lock_info(k("x")).await.unwrap();
-    assert!(info.domain_time_ms >= 40, "domain time advances: {}", info.domain_time_ms);
 }
 
 /// A replicator whose batches wait until the test commits (applies) or

@@ -5,7 +5,7 @@ use super::*;
 use tokio::io::{duplex, split, BufReader};
 
 use crate::cluster::types::Batch;
-use crate::locks::{Command, NextHolder};
+use crate::locks::{Command, FreeReason, NextHolder};
 use openraft::error::Fatal;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
 use openraft::{StorageError, StorageIOError};
@@ -32,7 +32,8 @@ fn entries() -> Vec<Entry<TypeConfig>> {
     let owner = || Owner::new("worker-7").unwrap();
     let commands = [
         Command::Grant { key: key(), owner: owner(), lease_s: 30, micros: 1_700_000_000_000_000, dt: 5 },
-        Command::Release {
+        Command::Free {
+            reason: FreeReason::Release,
             key: key(),
             owner: owner(),
             token: Token::new(9).unwrap(),
@@ -40,7 +41,15 @@ fn entries() -> Vec<Entry<TypeConfig>> {
             micros: 1,
             dt: 6,
         },
-        Command::Expire { key: key(), owner: owner(), token: Token::new(10).unwrap(), next: None, micros: 2, dt: 7 },
+        Command::Free {
+            reason: FreeReason::Expiry,
+            key: key(),
+            owner: owner(),
+            token: Token::new(10).unwrap(),
+            next: None,
+            micros: 2,
+            dt: 7,
+        },
         Command::Tick { dt: u64::MAX },
     ];
     // One entry per command, then one batch of all of them (docs/cluster-protocol.md, "Log entries").

@@ -1,39 +1,44 @@
-//! Proposals: what a key needs proposed next (one in flight per key), and
-//! routing each committed effect — or a failure — back to the connections.
+//! Proposals: what a key needs proposed next (one in flight per key), the
+//! outbox and its batches (at most [`MAX_BATCHES_IN_FLIGHT`] handed to the
+//! replicator), and routing each committed effect — or a failure — back to
+//! the connections.
 
-use super::projection::{Holding, Waiter};
-use super::task::Manager;
-use super::ConnId;
-use super::Delivery;
-use crate::locks::{Applied, Command, NextHolder};
-use crate::replication::{BatchOutcome, Proposal, ProposeError};
+use super::projection::{Grant, Holding, Waiter};
+use super::{AppliedView, ConnId, Delivery, Leader};
+use crate::locks::{Applied, Command, FreeReason, NextHolder};
+use crate::replication::{BatchOutcome, ProposeError};
 use std::time::{SystemTime, UNIX_EPOCH};
 use ticketing_proto::{ErrorCode, Key, RequestId, ServerFrame, Token};
-use tokio::time::Instant;
 use tracing::{debug, warn};
 
 /// What a proposal was for, so its outcome can be routed.
 #[derive(Debug)]
-pub(super) enum Intent {
+enum Intent {
+    /// A grant to the waiter, proposed at domain time `dt`.
     Grant(Waiter, u64),
-    Release { conn: ConnId, id: RequestId, next: Option<Waiter>, dt: u64 },
-    Expire { next: Option<Waiter>, dt: u64 },
+    /// A release (`by`: the `R` that asked) or an expiry (`by` is `None`)
+    /// handing over to `next`, proposed at domain time `dt`.
+    Free {
+        reason: FreeReason,
+        by: Option<(ConnId, RequestId)>,
+        next: Option<Waiter>,
+        dt: u64,
+    },
     Tick,
 }
 
 /// The most commands in one batch (one proposal, one Raft log entry).
-pub(super) const MAX_BATCH_COMMANDS: usize = 128;
+pub const MAX_BATCH_COMMANDS: usize = 128;
 
 /// The most estimated encoded bytes ([`encoded_estimate`]) of the commands in
 /// one batch. openraft sends at most 300 entries in one AppendEntries, and
 /// 300 × 32 KiB stays well below the peer protocol's 16 MiB frame limit
 /// (docs/cluster-protocol.md). A single command is never refused for its size.
-pub(super) const MAX_BATCH_BYTES: usize = 32 * 1024;
+pub const MAX_BATCH_BYTES: usize = 32 * 1024;
 
 /// Batches being committed at once. Commands proposed meanwhile wait in the
-/// outbox and go out together, as the next batch, when one finishes (or when
-/// the outbox holds a full batch and this allows another).
-pub(super) const MAX_BATCHES_IN_FLIGHT: usize = 1;
+/// outbox and go out together, as the next batch, when one finishes.
+pub const MAX_BATCHES_IN_FLIGHT: usize = 1;
 
 /// An upper bound of a command's JSON size in a log entry (a key or owner
 /// character can take 2 bytes escaped).
@@ -41,7 +46,7 @@ fn encoded_estimate(cmd: &Command) -> usize {
     let text = match cmd {
         Command::Tick { .. } => 0,
         Command::Grant { key, owner, .. } => key.as_str().len() + owner.as_str().len(),
-        Command::Release { key, owner, next, .. } | Command::Expire { key, owner, next, .. } => {
+        Command::Free { key, owner, next, .. } => {
             key.as_str().len() + owner.as_str().len() + next.as_ref().map_or(0, |n| n.owner.as_str().len())
         }
     };
@@ -63,7 +68,7 @@ fn batch_len(cmds: &[Command]) -> usize {
 
 /// One proposed command: which key it holds busy and what it was for.
 #[derive(Debug)]
-pub(super) struct Item {
+struct Item {
     /// `None` for a `Tick`.
     key: Option<Key>,
     intent: Intent,
@@ -76,13 +81,39 @@ pub(super) struct Outbox {
     items: Vec<Item>,
 }
 
-/// A finished batch, reported back to the manager task (or routed inline
-/// when the replicator answered at once).
+impl Outbox {
+    pub(super) fn len(&self) -> usize {
+        self.items.len()
+    }
+}
+
+/// Identifies one batch handed out by [`Leader::poll_proposal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BatchId(pub u64);
+
+/// A batch to commit: hand `cmds` to the replicator as one proposal, and
+/// its outcome back with [`Leader::handle_committed`] under `id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    /// Names the batch in [`Leader::handle_committed`].
+    pub id: BatchId,
+    /// At least one, at most [`MAX_BATCH_COMMANDS`] commands, at most one per key.
+    pub cmds: Vec<Command>,
+}
+
+/// A batch handed to the replicator and not yet finished.
 #[derive(Debug)]
-pub(super) struct Done {
+pub(super) struct InFlight {
+    id: BatchId,
+    /// The epoch it was proposed in (its outcomes are dropped in another).
     epoch: Option<u64>,
     items: Vec<Item>,
-    result: BatchOutcome,
+}
+
+impl InFlight {
+    pub(super) fn len(&self) -> usize {
+        self.items.len()
+    }
 }
 
 fn wall_micros() -> u64 {
@@ -93,44 +124,39 @@ fn next_holder(next: &Option<Waiter>) -> Option<NextHolder> {
     next.as_ref().map(|w| NextHolder { owner: w.owner.clone(), lease_s: w.lease })
 }
 
-impl Manager {
-    /// Queues `cmd` in the outbox (the key is busy from now on); the
-    /// manager hands the outbox to the replicator once per loop pass ([`Self::flush`]).
+impl Leader {
+    /// The next batch to hand to the replicator: the outbox, cut to at most
+    /// [`MAX_BATCH_COMMANDS`] / [`MAX_BATCH_BYTES`], while fewer than
+    /// [`MAX_BATCHES_IN_FLIGHT`] are being committed. Call after a pass of
+    /// inputs (the commands they need accumulate in the outbox, so inputs
+    /// handled together go out as one batch) and again after every
+    /// [`Leader::handle_committed`], until `None`. A batch the replicator
+    /// commits at once is fed back at once, inline.
+    #[must_use]
+    pub fn poll_proposal(&mut self) -> Option<Batch> {
+        if self.outbox.cmds.is_empty() || self.batches.len() >= MAX_BATCHES_IN_FLIGHT {
+            return None;
+        }
+        let n = batch_len(&self.outbox.cmds);
+        // One exact allocation per batch; the outbox keeps its capacity.
+        let cmds: Vec<Command> = self.outbox.cmds.drain(..n).collect();
+        let items: Vec<Item> = self.outbox.items.drain(..n).collect();
+        self.next_batch += 1;
+        let id = BatchId(self.next_batch);
+        self.batches.push(InFlight { id, epoch: self.epoch, items });
+        Some(Batch { id, cmds })
+    }
+
+    /// Queues `cmd` in the outbox (the key is busy from now on).
     fn propose(&mut self, cmd: Command, intent: Intent) {
         let key = cmd.key().cloned();
         if let Some(key) = &key {
             self.proj.set_busy(key, true);
         }
         self.in_flight += 1;
-        self.last_proposed = Instant::now();
+        self.last_proposed = self.now;
         self.outbox.cmds.push(cmd);
         self.outbox.items.push(Item { key, intent });
-    }
-
-    /// Proposes the outbox, in batches of at most [`MAX_BATCH_COMMANDS`] /
-    /// [`MAX_BATCH_BYTES`], while fewer than [`MAX_BATCHES_IN_FLIGHT`] are
-    /// being committed. A batch the replicator answers at once (standalone)
-    /// is routed here, without a task or a channel; what its outcomes
-    /// propose next is flushed by the same loop.
-    pub(super) fn flush(&mut self) {
-        while !self.outbox.cmds.is_empty() && self.batches_in_flight < MAX_BATCHES_IN_FLIGHT {
-            let n = batch_len(&self.outbox.cmds);
-            // One exact allocation per batch; the outbox keeps its capacity.
-            let cmds: Vec<Command> = self.outbox.cmds.drain(..n).collect();
-            let items: Vec<Item> = self.outbox.items.drain(..n).collect();
-            let epoch = self.epoch;
-            match self.replicator.propose(cmds) {
-                Proposal::Ready(result) => self.on_done(Done { epoch, items, result }),
-                Proposal::Pending(fut) => {
-                    self.batches_in_flight += 1;
-                    let tx = self.done_tx.clone();
-                    tokio::spawn(async move {
-                        let result = fut.await;
-                        let _ = tx.send(Done { epoch, items, result }).await;
-                    });
-                }
-            }
-        }
     }
 
     /// Drops the outbox unproposed (a new term, or stepping down): its
@@ -156,36 +182,43 @@ impl Manager {
     }
 
     /// Proposes a `Tick`: only the domain time moves (docs/protocol.md, "Domain time").
-    pub(super) fn propose_tick(&mut self, now: Instant) {
+    pub(super) fn propose_tick(&mut self) {
         self.tick_in_flight = true;
-        let dt = self.domain_now(now);
+        let dt = self.domain_now(self.now);
         self.propose(Command::Tick { dt }, Intent::Tick);
     }
 
     /// Re-reads one key's holder from the applied state (after a surprise or
     /// an error); a holder found there gets a full-length lease from now
     /// (conservative: its commit time at this leader is not known).
-    fn resync_key(&mut self, key: &Key) {
-        let holding = self
-            .replicator
-            .applied_holder(key)
-            .map(|h| self.proj.committed(h.owner, h.token, h.lease_s, h.granted_dt, Instant::now()));
+    fn resync_key(&mut self, key: &Key, applied: &dyn AppliedView) {
+        let now = self.now;
+        let holding =
+            applied.applied_holder(key).map(|h| Holding::committed(h.owner, h.token, h.lease_s, h.granted_dt, now));
         self.hold(key, holding);
     }
 
     /// Proposes a grant of a free key to `w` (the key counts as held meanwhile).
     pub(super) fn grant(&mut self, w: Waiter) {
-        let gen = self.proj.new_gen();
-        self.hold(&w.key, Some(Holding { owner: w.owner.clone(), token: None, deadline: None, gen, granted_dt: 0 }));
-        let dt = self.domain_now(Instant::now());
+        self.hold(&w.key, Some(Holding::committing(w.owner.clone())));
+        let dt = self.domain_now(self.now);
         let cmd =
             Command::Grant { key: w.key.clone(), owner: w.owner.clone(), lease_s: w.lease, micros: wall_micros(), dt };
         self.propose(cmd, Intent::Grant(w, dt));
     }
 
+    /// The queue head a release or expiry hands the key to (none during the start grace).
+    fn next_for_hand_over(&mut self, key: &Key) -> Option<Waiter> {
+        if self.in_grace() {
+            None
+        } else {
+            self.proj.pop_head(key)
+        }
+    }
+
     /// Starts the next proposal the key needs, if none is in flight: a due
     /// expiry first, then the oldest waiting release, then a grant of a free
-    /// key to its queue head.
+    /// key to its queue head (not during the start grace).
     pub(super) fn pump(&mut self, key: &Key) {
         if self.proj.is_busy(key) {
             return;
@@ -194,13 +227,15 @@ impl Manager {
         for q in self.proj.take_queries(key) {
             self.answer_query(q.conn, q.id, key, &q.owner);
         }
-        let now = Instant::now();
+        let now = self.now;
         let dt = self.domain_now(now);
-        if let Some(Holding { owner, token: Some(token), deadline: Some(deadline), .. }) = self.proj.holder(key) {
+        if let Some(Holding { owner, grant: Grant::Committed { token, deadline, .. } }) = self.proj.holder(key) {
             if *deadline <= now {
                 let (owner, token) = (owner.clone(), *token);
-                let next = self.proj.pop_head(key);
-                let cmd = Command::Expire {
+                let next = self.next_for_hand_over(key);
+                let reason = FreeReason::Expiry;
+                let cmd = Command::Free {
+                    reason,
                     key: key.clone(),
                     owner,
                     token,
@@ -208,14 +243,16 @@ impl Manager {
                     micros: wall_micros(),
                     dt,
                 };
-                self.propose(cmd, Intent::Expire { next, dt });
+                self.propose(cmd, Intent::Free { reason, by: None, next, dt });
                 return;
             }
         }
         if let Some(r) = self.proj.pop_release(key) {
-            let matches = self.proj.holder(key).is_some_and(|h| h.owner == r.owner && h.token == Some(r.token));
-            let next = if matches { self.proj.pop_head(key) } else { None };
-            let cmd = Command::Release {
+            let matches = self.proj.holder(key).is_some_and(|h| h.owner == r.owner && h.token() == Some(r.token));
+            let next = if matches { self.next_for_hand_over(key) } else { None };
+            let reason = FreeReason::Release;
+            let cmd = Command::Free {
+                reason,
                 key: key.clone(),
                 owner: r.owner,
                 token: r.token,
@@ -223,10 +260,10 @@ impl Manager {
                 micros: wall_micros(),
                 dt,
             };
-            self.propose(cmd, Intent::Release { conn: r.conn, id: r.id, next, dt });
+            self.propose(cmd, Intent::Free { reason, by: Some((r.conn, r.id)), next, dt });
             return;
         }
-        if self.proj.holder(key).is_none() {
+        if self.proj.holder(key).is_none() && !self.in_grace() {
             while let Some(head) = self.proj.pop_head(key) {
                 // The held-keys cap was checked when this waiter arrived;
                 // other keys may have filled the server since
@@ -243,14 +280,20 @@ impl Manager {
     }
 
     fn granted(&mut self, w: Waiter, token: Token, dt: u64) {
-        let now = Instant::now();
-        let holding = self.proj.committed(w.owner.clone(), token, w.lease, dt, now);
-        self.hold(&w.key, Some(holding));
+        let now = self.now;
+        self.hold(&w.key, Some(Holding::committed(w.owner.clone(), token, w.lease, dt, now)));
         let waited = now.saturating_duration_since(w.read_at);
         let waited_ms = u32::try_from(waited.as_millis()).unwrap_or(u32::MAX);
         self.metrics.observe_grant(waited_ms);
         let frame = ServerFrame::Granted { id: w.id, key: w.key.clone(), owner: w.owner, token, waited_ms };
         self.reply(w.conn, w.id, frame);
+    }
+
+    /// The token counter is at its end (2^63 − 1, unreachable in practice):
+    /// nothing can be granted any more; the acquire is answered `B`.
+    fn tokens_exhausted(&mut self, w: Waiter) {
+        warn!(key = %w.key, "the token counter is exhausted: nothing can be granted");
+        self.refuse_busy(w.conn, w.id, w.key);
     }
 
     /// After a committed release/expiry: the key goes to `next` (with the
@@ -261,35 +304,51 @@ impl Manager {
             (next, _) => {
                 self.hold(key, None);
                 if let Some(w) = next {
-                    // The state machine could not issue a token (counter exhausted).
-                    warn!(key = %key, "hand-over without a token");
-                    self.put_back(w);
+                    // The state machine could not issue a token.
+                    self.tokens_exhausted(w);
                 }
             }
         }
     }
 
-    /// Routes every outcome of a finished batch, in order; a failed batch
-    /// (or one whose outcomes do not match its commands) fails every
-    /// command in it, each exactly as a single failed proposal.
-    pub(super) fn on_done(&mut self, done: Done) {
-        let Done { epoch, items, result } = done;
-        match result {
+    /// The batch `id` finished: `outcome` is one [`Applied`] per command in
+    /// order, or the error of the whole batch. `applied` is read only to
+    /// follow the applied state after a surprise or a failure. Every
+    /// outcome is routed in order; a failed batch (or one whose outcomes do
+    /// not match its commands) fails every command in it, each exactly as
+    /// a single failed proposal. An unknown `id` is ignored.
+    pub fn handle_committed(
+        &mut self,
+        now: std::time::Instant,
+        id: BatchId,
+        outcome: BatchOutcome,
+        applied: &dyn AppliedView,
+    ) {
+        self.advance(now);
+        let Some(at) = self.batches.iter().position(|b| b.id == id) else { return };
+        let InFlight { epoch, items, .. } = self.batches.swap_remove(at);
+        match outcome {
             Ok(outcomes) if outcomes.len() == items.len() => {
-                for (item, applied) in items.into_iter().zip(outcomes) {
-                    self.on_outcome(epoch, item, Ok(applied));
+                for (item, effect) in items.into_iter().zip(outcomes) {
+                    self.on_outcome(epoch, item, Ok(effect), applied);
                 }
             }
             result => {
                 let e = result.err().unwrap_or(ProposeError::Unknown);
                 for item in items {
-                    self.on_outcome(epoch, item, Err(e.clone()));
+                    self.on_outcome(epoch, item, Err(e.clone()), applied);
                 }
             }
         }
     }
 
-    fn on_outcome(&mut self, epoch: Option<u64>, item: Item, result: Result<Applied, ProposeError>) {
+    fn on_outcome(
+        &mut self,
+        epoch: Option<u64>,
+        item: Item,
+        result: Result<Applied, ProposeError>,
+        applied: &dyn AppliedView,
+    ) {
         self.in_flight -= 1;
         let Item { key, intent } = item;
         let Some(key) = key else {
@@ -311,38 +370,45 @@ impl Manager {
         self.proj.set_busy(&key, false);
         match (intent, result) {
             (Intent::Grant(w, dt), Ok(Applied::Granted(token))) => self.granted(w, token, dt),
+            (Intent::Grant(w, _), Ok(Applied::TokensExhausted)) => {
+                self.resync_key(&key, applied);
+                self.tokens_exhausted(w);
+            }
             (Intent::Grant(w, _), Ok(other)) => {
                 debug!(key = %key, ?other, "grant found the key held; resyncing");
-                self.resync_key(&key);
+                self.resync_key(&key, applied);
                 if w.wait_until > w.read_at {
                     self.put_back(w);
                 } else {
                     self.time_out(w);
                 }
             }
-            (Intent::Release { conn, id, next, dt }, Ok(Applied::Released { handed_over })) => {
-                self.metrics.releases_released.inc();
-                self.reply(conn, id, ServerFrame::Released { id, key: key.clone() });
+            (Intent::Free { reason, by, next, dt }, Ok(Applied::Freed { reason: r, handed_over })) if r == reason => {
+                match by {
+                    Some((conn, id)) => {
+                        self.metrics.releases_released.inc();
+                        self.reply(conn, id, ServerFrame::Released { id, key: key.clone() });
+                    }
+                    None => {
+                        self.metrics.expiries.inc();
+                    }
+                }
                 self.handed_over(&key, next, handed_over, dt);
             }
-            (Intent::Release { conn, id, next, .. }, Ok(other)) => {
+            (Intent::Free { by: Some((conn, id)), next, .. }, Ok(other)) => {
                 self.metrics.releases_not_holder.inc();
                 self.reply(conn, id, ServerFrame::NotHolder { id, key: key.clone() });
                 if next.is_some() || !matches!(other, Applied::NotHolder) {
                     // The projection said it matched, the state machine disagreed.
-                    self.resync_key(&key);
+                    self.resync_key(&key, applied);
                 }
                 if let Some(w) = next {
                     self.put_back(w);
                 }
             }
-            (Intent::Expire { next, dt }, Ok(Applied::Expired { handed_over })) => {
-                self.metrics.expiries.inc();
-                self.handed_over(&key, next, handed_over, dt);
-            }
-            (Intent::Expire { next, .. }, Ok(other)) => {
+            (Intent::Free { by: None, next, .. }, Ok(other)) => {
                 debug!(key = %key, ?other, "expiry did not match; resyncing");
-                self.resync_key(&key);
+                self.resync_key(&key, applied);
                 if let Some(w) = next {
                     self.put_back(w);
                 }
@@ -353,23 +419,20 @@ impl Manager {
                 self.metrics.proposal_errors.inc();
                 warn!(key = %key, error = ?e, "proposal failed");
                 let frame = self.error_frame(&e);
-                let fatal = |m: &mut Manager, conn| m.send(conn, Delivery::Fatal(frame.clone()));
+                let fatal = |l: &mut Leader, conn| l.send(conn, Delivery::Fatal(frame.clone()));
                 match intent {
                     Intent::Grant(w, _) => fatal(self, w.conn),
-                    Intent::Release { conn, next, .. } => {
-                        fatal(self, conn);
-                        if let Some(w) = next {
-                            fatal(self, w.conn);
+                    Intent::Free { by, next, .. } => {
+                        if let Some((conn, _)) = by {
+                            fatal(self, conn);
                         }
-                    }
-                    Intent::Expire { next, .. } => {
                         if let Some(w) = next {
                             fatal(self, w.conn);
                         }
                     }
                     Intent::Tick => {}
                 }
-                self.resync_key(&key);
+                self.resync_key(&key, applied);
             }
         }
         self.pump(&key);
@@ -405,7 +468,8 @@ mod tests {
         assert!((n + 1) * encoded_estimate(&big[0]) > MAX_BATCH_BYTES);
         // The estimate bounds the real encoding (JSON, as in a log entry).
         let t = Token::new(ticketing_proto::limits::TOKEN_MAX).unwrap();
-        let release = Command::Release {
+        let release = Command::Free {
+            reason: FreeReason::Release,
             key: Key::new(key.clone()).unwrap(),
             owner: Owner::new(owner.clone()).unwrap(),
             token: t,

@@ -3,22 +3,22 @@
 //! in-flight proposal; the waiters by id and by connection; the server-wide
 //! counts the limits are checked against (held keys, queued waiters).
 //!
-//! A plain struct: no tokio, no channels, no clock reads (times are inputs),
+//! It also owns the leader's one timer table ([`Timers`]), so a timer
+//! leaves with what it belongs to: a waiter's wait timer is armed in
+//! `insert_waiter` and disarmed in `take_waiter`, a holder's lease timer is
+//! armed and disarmed in [`Projection::set_holder`].
+//!
+//! A plain struct: no I/O, no runtime, no clock reads (times are inputs),
 //! so every rule here is unit-tested directly. Its counters are maintained
 //! in one place each: `held` only in [`Projection::set_holder`] and
 //! [`Projection::clear`]; a key's `live` count, `total_waiters` and the
 //! per-connection index only in `insert_waiter` and `take_waiter`.
 
+use super::timers::{TimerKind, Timers};
 use super::{owner_prefix, ConnId, HolderInfo, LockInfo, WaiterId, WaiterInfo};
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use ticketing_proto::{Key, Owner, RequestId, Token};
-use tokio::time::Instant;
-
-/// Identifies one grant's lease timer: a timer whose generation is no longer
-/// the holder's is stale and ignored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LeaseGen(u64);
 
 /// A queued (or about to be granted) acquire.
 #[derive(Debug, Clone)]
@@ -44,14 +44,58 @@ pub struct Waiter {
 pub struct Holding {
     /// Owner of the grant.
     pub owner: Owner,
-    /// `None` while the grant is being committed.
-    pub token: Option<Token>,
-    /// Lease end at the leader (`None` while the grant is being committed).
-    pub deadline: Option<Instant>,
-    /// Identifies this grant's lease timer.
-    pub gen: LeaseGen,
-    /// Domain time (ms) of the grant (0 while it is being committed).
-    pub granted_dt: u64,
+    /// Being committed, or committed with its token and lease.
+    pub grant: Grant,
+}
+
+/// Where a projected grant is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grant {
+    /// The grant is being committed (the key counts as held meanwhile).
+    Committing,
+    /// The grant is committed.
+    Committed {
+        /// Its fencing token.
+        token: Token,
+        /// Its lease end at the leader (its lease timer).
+        deadline: Instant,
+        /// Domain time (ms) of the grant.
+        granted_dt: u64,
+    },
+}
+
+impl Holding {
+    /// A grant being committed.
+    pub fn committing(owner: Owner) -> Holding {
+        Holding { owner, grant: Grant::Committing }
+    }
+
+    /// A committed grant whose lease ends at `deadline`.
+    pub fn until(owner: Owner, token: Token, granted_dt: u64, deadline: Instant) -> Holding {
+        Holding { owner, grant: Grant::Committed { token, deadline, granted_dt } }
+    }
+
+    /// A committed grant whose lease runs `lease` seconds from `now` (its
+    /// commit at this leader), granted at domain time `granted_dt`.
+    pub fn committed(owner: Owner, token: Token, lease: u8, granted_dt: u64, now: Instant) -> Holding {
+        Holding::until(owner, token, granted_dt, now + Duration::from_secs(u64::from(lease)))
+    }
+
+    /// The token, once committed.
+    pub fn token(&self) -> Option<Token> {
+        match self.grant {
+            Grant::Committed { token, .. } => Some(token),
+            Grant::Committing => None,
+        }
+    }
+
+    /// The lease end, once committed.
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.grant {
+            Grant::Committed { deadline, .. } => Some(deadline),
+            Grant::Committing => None,
+        }
+    }
 }
 
 /// A `Q` waiting for the key's in-flight proposal (so a grant being
@@ -135,7 +179,8 @@ pub struct Projection {
     waiters: HashMap<WaiterId, Waiter>,
     by_conn: HashMap<ConnId, HashSet<WaiterId>>,
     next_waiter: u64,
-    next_gen: u64,
+    /// Every wait and lease timer (and the `Tick` and grace, armed by the leader).
+    timers: Timers,
     /// Keys with a holder (grants in flight included).
     held: usize,
     /// Live waiters over all keys.
@@ -187,27 +232,24 @@ impl Projection {
         self.waiters.get(&wid)
     }
 
-    /// A fresh lease generation.
-    pub fn new_gen(&mut self) -> LeaseGen {
-        self.next_gen += 1;
-        LeaseGen(self.next_gen)
+    /// The timer table.
+    pub fn timers(&self) -> &Timers {
+        &self.timers
     }
 
-    /// A committed holding whose lease runs `lease` seconds from `now` (its
-    /// commit at this leader), granted at domain time `granted_dt`.
-    pub fn committed(&mut self, owner: Owner, token: Token, lease: u8, granted_dt: u64, now: Instant) -> Holding {
-        self.until(owner, token, granted_dt, now + Duration::from_secs(u64::from(lease)))
+    /// The timer table, to arm the `Tick` and the grace and to take due timers.
+    pub fn timers_mut(&mut self) -> &mut Timers {
+        &mut self.timers
     }
 
-    /// A committed holding whose lease ends at `deadline` (a lock a new
-    /// leader keeps until `granted_dt + lease` in domain time).
-    pub fn until(&mut self, owner: Owner, token: Token, granted_dt: u64, deadline: Instant) -> Holding {
-        let gen = self.new_gen();
-        Holding { owner, token: Some(token), deadline: Some(deadline), gen, granted_dt }
-    }
-
-    /// Sets (or clears) the holder of `key`: THE place `held` changes (with [`Projection::clear`]).
+    /// Sets (or clears) the holder of `key`: THE place `held` changes (with
+    /// [`Projection::clear`]), and THE place its lease timer is armed (a
+    /// committed holding) or disarmed (none, or a grant being committed).
     pub fn set_holder(&mut self, key: &Key, holder: Option<Holding>) {
+        match holder.as_ref().map(|h| h.grant) {
+            Some(Grant::Committed { deadline, .. }) => self.timers.set(TimerKind::Lease(key.clone()), deadline),
+            _ => self.timers.cancel(&TimerKind::Lease(key.clone())),
+        }
         let ks = match holder {
             Some(_) => self.keys.entry(key.clone()).or_default(),
             None => match self.keys.get_mut(key) {
@@ -253,9 +295,12 @@ impl Projection {
         out
     }
 
-    fn insert_waiter(&mut self, w: Waiter, front: bool) -> WaiterId {
+    fn insert_waiter(&mut self, w: Waiter, front: bool, timed: bool) -> WaiterId {
         self.next_waiter += 1;
         let wid = WaiterId(self.next_waiter);
+        if timed {
+            self.timers.set(TimerKind::Wait(wid), w.wait_until);
+        }
         let q = self.keys.entry(w.key.clone()).or_default().queues();
         if front {
             q.queue.push_front(wid);
@@ -273,6 +318,7 @@ impl Projection {
     /// queue as a dead entry, skipped or compacted later).
     fn take_waiter(&mut self, wid: WaiterId) -> Option<Waiter> {
         let w = self.waiters.remove(&wid)?;
+        self.timers.cancel(&TimerKind::Wait(wid));
         self.total_waiters -= 1;
         if let Some(q) = self.keys.get_mut(&w.key).and_then(|ks| ks.rare.as_mut()) {
             q.live -= 1;
@@ -286,14 +332,16 @@ impl Projection {
         Some(w)
     }
 
-    /// Puts `w` at the tail of its key's queue.
-    pub fn enqueue(&mut self, w: Waiter) -> WaiterId {
-        self.insert_waiter(w, false)
+    /// Puts `w` at the tail of its key's queue, with a wait timer (at
+    /// `w.wait_until`) if `timed`.
+    pub fn enqueue(&mut self, w: Waiter, timed: bool) -> WaiterId {
+        self.insert_waiter(w, false, timed)
     }
 
-    /// Puts `w` back at the head of its key's queue (a hand-over to it did not happen).
+    /// Puts `w` back at the head of its key's queue (a hand-over to it did
+    /// not happen), with its wait timer.
     pub fn requeue_front(&mut self, w: Waiter) -> WaiterId {
-        self.insert_waiter(w, true)
+        self.insert_waiter(w, true, true)
     }
 
     /// Takes the first live waiter off the key's queue.
@@ -340,6 +388,11 @@ impl Projection {
         ids.into_iter().filter_map(|wid| self.remove_waiter(wid)).collect()
     }
 
+    /// Every key with a live waiter (the end of the start grace; O(keys)).
+    pub fn keys_with_waiters(&self) -> Vec<Key> {
+        self.keys.iter().filter(|(_, ks)| ks.live() > 0).map(|(k, _)| k.clone()).collect()
+    }
+
     /// Forgets `key` if nothing refers to it any more.
     pub fn remove_if_idle(&mut self, key: &Key) {
         if self.keys.get(key).is_some_and(KeyState::is_idle) {
@@ -347,9 +400,11 @@ impl Projection {
         }
     }
 
-    /// Empties the projection (a leadership change); returns the waiters it held.
+    /// Empties the projection and the timer table (a leadership change);
+    /// returns the waiters it held.
     pub fn clear(&mut self) -> Vec<Waiter> {
         let waiters = self.waiters.drain().map(|(_, w)| w).collect();
+        self.timers.clear();
         self.keys.clear();
         self.by_conn.clear();
         self.held = 0;
@@ -363,13 +418,14 @@ impl Projection {
     pub fn lock_info(&self, key: &Key, now: Instant, client: &dyn Fn(ConnId) -> String) -> LockInfo {
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let Some(ks) = self.keys.get(key) else { return LockInfo::default() };
-        let holder = ks.holder.as_deref().and_then(|h| {
-            Some(HolderInfo {
+        let holder = ks.holder.as_deref().and_then(|h| match h.grant {
+            Grant::Committed { token, deadline, granted_dt } => Some(HolderInfo {
                 owner_prefix: owner_prefix(&h.owner),
-                token: h.token?,
-                remaining_ms: ms(h.deadline?.saturating_duration_since(now)),
-                granted_dt: h.granted_dt,
-            })
+                token,
+                remaining_ms: ms(deadline.saturating_duration_since(now)),
+                granted_dt,
+            }),
+            Grant::Committing => None,
         });
         let waiters = ks
             .rare
@@ -387,8 +443,8 @@ impl Projection {
         LockInfo { holder, waiters, domain_time_ms: 0 }
     }
 
-    /// Checks every counter against a recount (tests).
-    #[cfg(test)]
+    /// Checks every counter against a recount, and every timer against what
+    /// it belongs to (tests; also the fuzz target, through [`super::Leader::check`]).
     pub fn check(&self) {
         assert_eq!(self.held, self.keys.values().filter(|k| k.holder.is_some()).count(), "held");
         assert_eq!(self.total_waiters, self.waiters.len(), "total_waiters");
@@ -400,6 +456,21 @@ impl Projection {
             assert_eq!(live, ks.live(), "live of {key}");
             assert!(ks.rare.as_ref().is_none_or(|q| !q.is_empty()), "empty queues kept for {key}");
         }
+        // No timer outlives what it belongs to.
+        for kind in self.timers.kinds() {
+            match kind {
+                TimerKind::Wait(wid) => {
+                    let w = self.waiters.get(wid).expect("a wait timer without its waiter");
+                    assert_eq!(self.timers.get(kind), Some(w.wait_until), "wait timer of {wid:?}");
+                }
+                TimerKind::Lease(key) => {
+                    let h = self.holder(key).expect("a lease timer without its holder");
+                    assert_eq!(self.timers.get(kind), h.deadline(), "lease timer of {key}");
+                }
+                TimerKind::Tick | TimerKind::GraceEnd => {}
+            }
+        }
+        assert!(self.timers.len() <= self.held + self.total_waiters + 2, "timer table larger than the state");
     }
 }
 
@@ -423,12 +494,12 @@ mod tests {
 
     #[test]
     fn fifo_order_and_counts() {
-        let now = Instant::now();
+        let now = crate::test_fields::t0();
         let mut p = Projection::new();
         for id in 1..=3 {
-            p.enqueue(waiter(1, id, "a", now));
+            p.enqueue(waiter(1, id, "a", now), true);
         }
-        p.enqueue(waiter(2, 9, "b", now));
+        p.enqueue(waiter(2, 9, "b", now), true);
         assert_eq!((p.waiters(), p.queued(&k("a")), p.queued(&k("b"))), (4, 3, 1));
         assert_eq!(p.pop_head(&k("a")).map(|w| w.id), Some(RequestId(1)));
         let back = p.pop_head(&k("a")).unwrap();
@@ -442,10 +513,10 @@ mod tests {
 
     #[test]
     fn removed_waiters_are_skipped_and_idle_keys_forgotten() {
-        let now = Instant::now();
+        let now = crate::test_fields::t0();
         let mut p = Projection::new();
-        let w1 = p.enqueue(waiter(1, 1, "a", now));
-        p.enqueue(waiter(2, 2, "a", now));
+        let w1 = p.enqueue(waiter(1, 1, "a", now), true);
+        p.enqueue(waiter(2, 2, "a", now), true);
         assert_eq!(p.remove_waiter(w1).map(|w| w.id), Some(RequestId(1)));
         assert!(p.remove_waiter(w1).is_none(), "a waiter is removed once");
         assert_eq!(p.remove_conn_waiters(ConnId(2)).len(), 1);
@@ -456,15 +527,14 @@ mod tests {
 
     #[test]
     fn holder_counts_and_lock_info() {
-        let now = Instant::now();
+        let now = crate::test_fields::t0();
         let mut p = Projection::new();
-        let gen = p.new_gen();
-        p.set_holder(&k("a"), Some(Holding { owner: o("x"), token: None, deadline: None, gen, granted_dt: 0 }));
+        p.set_holder(&k("a"), Some(Holding::committing(o("x"))));
         assert_eq!(p.held(), 1);
         let none = |_| String::new();
         assert!(p.lock_info(&k("a"), now, &none).holder.is_none(), "a grant in flight is not shown");
         let t = Token::new(7).unwrap();
-        let h = p.committed(o("0123456789abcdef0123456789abcdef"), t, 3, 4_000, now);
+        let h = Holding::committed(o("0123456789abcdef0123456789abcdef"), t, 3, 4_000, now);
         p.set_holder(&k("a"), Some(h));
         assert_eq!(p.held(), 1, "replacing a holder keeps the count");
         let info = p.lock_info(&k("a"), now + Duration::from_secs(1), &none);
@@ -478,14 +548,14 @@ mod tests {
 
     #[test]
     fn lock_info_lists_waiters_in_fifo_order_with_prefixes_only() {
-        let now = Instant::now();
+        let now = crate::test_fields::t0();
         let mut p = Projection::new();
         let owners = ["aaaaaaaa11111111", "bbbbbbbb22222222", "cccccccc33333333", "dd"];
         let mut ids = Vec::new();
         for (i, owner) in owners.iter().enumerate() {
             let mut w = waiter(i as u64 + 1, i as u64, "a", now + Duration::from_millis(10 * i as u64));
             w.owner = o(owner);
-            ids.push(p.enqueue(w));
+            ids.push(p.enqueue(w, true));
         }
         p.remove_waiter(ids[1]);
         let back = p.pop_head(&k("a")).unwrap();
@@ -513,9 +583,9 @@ mod tests {
 
     #[test]
     fn many_timed_out_waiters_are_compacted() {
-        let now = Instant::now();
+        let now = crate::test_fields::t0();
         let mut p = Projection::new();
-        let ids: Vec<_> = (0..200).map(|i| p.enqueue(waiter(1, i, "a", now))).collect();
+        let ids: Vec<_> = (0..200).map(|i| p.enqueue(waiter(1, i, "a", now), true)).collect();
         for wid in &ids[..190] {
             p.remove_waiter(*wid);
         }
@@ -554,7 +624,7 @@ mod tests {
         /// Whatever the sequence, the counters match a recount and FIFO order holds.
         #[test]
         fn counters_stay_in_step(ops in proptest::collection::vec(op(), 1..200)) {
-            let now = Instant::now();
+            let now = crate::test_fields::t0();
             let mut p = Projection::new();
             let mut ids = Vec::new();
             let mut next_req = 0u64;
@@ -565,7 +635,7 @@ mod tests {
                         next_req += 1;
                         let mut w = waiter(conn, next_req, "x", now);
                         w.key = key(n);
-                        ids.push(p.enqueue(w));
+                        ids.push(p.enqueue(w, true));
                     }
                     Op::Requeue { conn, key: n } => {
                         next_req += 1;
@@ -591,9 +661,7 @@ mod tests {
                         prop_assert!(gone.iter().all(|w| w.conn == ConnId(conn)));
                     }
                     Op::Hold { key: n } => {
-                        let gen = p.new_gen();
-                        let h = Holding { owner: o("h"), token: None, deadline: None, gen, granted_dt: 0 };
-                        p.set_holder(&key(n), Some(h));
+                        p.set_holder(&key(n), Some(Holding::committing(o("h"))));
                     }
                     Op::Free { key: n } => {
                         p.set_holder(&key(n), None);

@@ -1,0 +1,617 @@
+//! The leader's lock logic (docs/protocol.md §4–6, docs/architecture.md), as
+//! a pure state machine: no I/O, no async runtime, no clock reads and no
+//! queues to other tasks. Times come in as arguments (`now`), effects come
+//! out of `poll_*` methods; the server's manager task
+//! ([`crate::manager`]) is a thin driver around it.
+//!
+//! **Inputs** (`handle_*`): a connection opened ([`Leader::handle_conn_opened`]),
+//! a request ([`Leader::handle_request`]), a connection leaving its queues
+//! (EOF, [`Leader::handle_leave_queues`]) or gone ([`Leader::handle_conn_closed`]),
+//! a committed (or failed) batch ([`Leader::handle_committed`]), a leadership
+//! change ([`Leader::handle_leadership`]), time passing ([`Leader::handle_timeout`]),
+//! a graceful shutdown ([`Leader::handle_drain`]).
+//!
+//! **Outputs** (`poll_*`, drain them after every input, in this order):
+//! [`Leader::poll_delivery`] (answers, pushes and closes for connections)
+//! until `None`; then [`Leader::poll_proposal`] (the next batch for the
+//! replicator) — a batch committed at once is fed back with
+//! [`Leader::handle_committed`] and the deliveries drained again; last
+//! [`Leader::poll_timeout`], the earliest deadline of the one timer table,
+//! when [`Leader::handle_timeout`] is next due.
+//!
+//! Invariants:
+//! - Nothing is answered `A`, `R` or `N` before its command is committed.
+//! - At most one proposal per key is in flight; requests for that key that
+//!   need a proposal wait for it, so a release and an expiry of the same
+//!   grant can never both take effect, and hand-over happens in the same
+//!   command as the release/expiry.
+//! - One timer table ([`timers`]) holds every wait and lease timer, the
+//!   `Tick` and the end of the start grace; a timer leaves with its waiter
+//!   or holder, so the table is bounded by held keys + waiters + 2.
+//! - Every operation costs O(1) or O(log n); nothing scans all keys except
+//!   a leadership change (the projection is rebuilt from the applied state,
+//!   docs/protocol.md §6, "A new leader") and the end of the start grace.
+
+pub mod projection;
+mod proposals;
+pub mod timers;
+
+#[cfg(test)]
+mod tests;
+
+pub use proposals::{Batch, BatchId, MAX_BATCHES_IN_FLIGHT, MAX_BATCH_BYTES, MAX_BATCH_COMMANDS};
+
+use crate::config::Limits;
+use crate::domain_time::{self, DomainClock};
+use crate::locks::{Holder, LockState};
+use crate::manager::metrics::Metrics;
+use crate::replication::{self, Leadership};
+use projection::{Grant, Holding, Projection, QueuedQuery, QueuedRelease, Waiter};
+use proposals::Outbox;
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use ticketing_proto::{Addr, Key, Owner, RequestId, ServerFrame, Token};
+use timers::TimerKind;
+use tracing::debug;
+
+/// Identifies one client connection for the lifetime of the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub u64);
+
+impl fmt::Display for ConnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Identifies one queued acquire inside the leader (never reused; a
+/// waiter put back at the head of its queue gets a new one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WaiterId(u64);
+
+/// What the leader delivers to a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// The final answer to request `id` (`A`, `T`, `B`, `R`, `N` or `H`).
+    Reply {
+        /// The request this answers.
+        id: RequestId,
+        /// The frame to write.
+        frame: ServerFrame,
+    },
+    /// Write this frame (`M`, `E no_leader`, …) and close the connection.
+    Fatal(ServerFrame),
+    /// Request `id` left its queue unanswered (its connection sent EOF).
+    Dropped(RequestId),
+}
+
+/// A client request, as the leader takes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// `A <id> <key> <owner> <wait> <lease>`.
+    Acquire {
+        /// Request id.
+        id: RequestId,
+        /// Key.
+        key: Key,
+        /// Owner.
+        owner: Owner,
+        /// Wait, whole seconds.
+        wait: u8,
+        /// Lease, whole seconds.
+        lease: u8,
+        /// When the server read the request (for `waited_ms` and the wait timer).
+        read_at: Instant,
+    },
+    /// `R <id> <key> <owner> <token>`.
+    Release {
+        /// Request id.
+        id: RequestId,
+        /// Key.
+        key: Key,
+        /// Owner of the grant.
+        owner: Owner,
+        /// Token of the grant.
+        token: Token,
+    },
+    /// `Q <id> <key> <owner>`: answered `H` (that owner holds the key) or
+    /// `N`; changes nothing (docs/protocol.md §3.2).
+    Holds {
+        /// Request id.
+        id: RequestId,
+        /// Key.
+        key: Key,
+        /// The owner asked about.
+        owner: Owner,
+    },
+}
+
+/// The applied (replicated) holders, read when the projection must follow
+/// them after a surprise or a failed proposal.
+pub trait AppliedView {
+    /// The applied holder of `key`.
+    fn applied_holder(&self, key: &Key) -> Option<Holder>;
+}
+
+impl AppliedView for LockState {
+    fn applied_holder(&self, key: &Key) -> Option<Holder> {
+        self.holder(key)
+    }
+}
+
+/// What `/locks/<key>` shows of an owner: its first 8 characters, and never
+/// more than half of it — owner and token together could release the lock,
+/// so the full owner never leaves the leader (docs/deployment.md, "Admin HTTP").
+pub fn owner_prefix(owner: &Owner) -> String {
+    let s = owner.as_str();
+    s[..(s.len() / 2).min(8)].to_owned()
+}
+
+/// The current holder of a key, as the leader projects it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HolderInfo {
+    /// The owner's prefix ([`owner_prefix`]), never the full owner.
+    pub owner_prefix: String,
+    /// Its fencing token.
+    pub token: Token,
+    /// Milliseconds until its lease ends (at the leader, by domain time).
+    pub remaining_ms: u64,
+    /// Domain time (ms) of the grant; the lease ends at `granted_dt + lease`.
+    pub granted_dt: u64,
+}
+
+/// One waiter of a key, as the leader projects it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WaiterInfo {
+    /// The owner's prefix ([`owner_prefix`]), never the full owner.
+    pub owner_prefix: String,
+    /// The waiting client's address (`ip:port`).
+    pub client: String,
+    /// Milliseconds since the server read its `A`.
+    pub waited_ms: u64,
+    /// Milliseconds until its `wait` ends (then it is answered `T`).
+    pub wait_left_ms: u64,
+}
+
+/// A read-only snapshot of one key (the body of `/locks/<key>`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct LockInfo {
+    /// The committed holder, if any (a grant still being committed is not shown).
+    pub holder: Option<HolderInfo>,
+    /// Every waiter, in FIFO order (the head is granted next).
+    pub waiters: Vec<WaiterInfo>,
+    /// The leader's domain time (ms) when the snapshot was taken.
+    pub domain_time_ms: u64,
+}
+
+/// The leader (see the module docs).
+pub struct Leader {
+    limits: Limits,
+    metrics: Arc<Metrics>,
+    advertise: Addr,
+    /// The latest `now` given to an input.
+    now: Instant,
+    proj: Projection,
+    /// Registered connections and their client addresses (for `/locks/<key>`).
+    clients: HashMap<ConnId, String>,
+    /// The domain clock while serving (docs/protocol.md, "Domain time").
+    clock: Option<DomainClock>,
+    /// When the last command was proposed (a `Tick` follows after `tick_ms` of silence).
+    last_proposed: Instant,
+    /// A `Tick` is being committed.
+    tick_in_flight: bool,
+    /// The leadership epoch we serve; `None` when not serving.
+    epoch: Option<u64>,
+    leader: Option<Addr>,
+    /// Commands proposed and not yet answered (outbox included).
+    in_flight: usize,
+    /// Commands proposed and not yet handed to the replicator.
+    outbox: Outbox,
+    /// Batches handed to the replicator and not yet finished.
+    batches: Vec<proposals::InFlight>,
+    next_batch: u64,
+    draining: bool,
+    /// The domain time (ms) before which nothing is granted: the start grace
+    /// of a new domain (docs/deployment.md, "Start grace"); 0 for none.
+    grace_dt: u64,
+    deliveries: VecDeque<(ConnId, Delivery)>,
+}
+
+impl Leader {
+    /// A leader that serves nothing until [`Leader::handle_leadership`]
+    /// says so. `advertise` is this node's client address (never named in
+    /// a redirect, see [`replication::redirect`]).
+    pub fn new(limits: Limits, metrics: Arc<Metrics>, advertise: Addr, now: Instant) -> Leader {
+        let grace_dt = u64::try_from(limits.start_grace.as_millis()).unwrap_or(u64::MAX);
+        Leader {
+            limits,
+            metrics,
+            advertise,
+            now,
+            proj: Projection::new(),
+            clients: HashMap::new(),
+            clock: None,
+            last_proposed: now,
+            tick_in_flight: false,
+            epoch: None,
+            leader: None,
+            in_flight: 0,
+            outbox: Outbox::default(),
+            batches: Vec::new(),
+            next_batch: 0,
+            draining: false,
+            grace_dt,
+            deliveries: VecDeque::new(),
+        }
+    }
+
+    fn advance(&mut self, now: Instant) {
+        self.now = self.now.max(now);
+    }
+
+    // ----- outputs ----------------------------------------------------------
+
+    /// The next delivery for a connection. Call after every input until it
+    /// returns `None`; deliveries of one connection come out in the order
+    /// they must be written.
+    #[must_use]
+    pub fn poll_delivery(&mut self) -> Option<(ConnId, Delivery)> {
+        self.deliveries.pop_front()
+    }
+
+    /// The earliest timer deadline: call [`Leader::handle_timeout`] then.
+    /// Ask again after every input (inputs arm and disarm timers).
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.proj.timers().next()
+    }
+
+    // ----- queries ----------------------------------------------------------
+
+    /// The read-only view of `key` for `/locks/<key>` at `now`.
+    pub fn lock_info(&self, now: Instant, key: &Key) -> LockInfo {
+        let clients = &self.clients;
+        let client = |c: ConnId| clients.get(&c).cloned().unwrap_or_default();
+        let mut info = self.proj.lock_info(key, now, &client);
+        info.domain_time_ms = self.domain_now(now);
+        info
+    }
+
+    /// Draining ([`Leader::handle_drain`]) and nothing is in flight any more.
+    pub fn is_drained(&self) -> bool {
+        self.draining && self.in_flight == 0
+    }
+
+    /// Keys with a holder, grants being committed included.
+    pub fn held(&self) -> usize {
+        self.proj.held()
+    }
+
+    /// Waiters queued over all keys.
+    pub fn waiters(&self) -> usize {
+        self.proj.waiters()
+    }
+
+    /// Timers armed (bounded by held keys + waiters + 2).
+    pub fn timers_len(&self) -> usize {
+        self.proj.timers().len()
+    }
+
+    /// Commands proposed and not yet finished (the outbox included).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// The leadership epoch served, if serving.
+    pub fn epoch(&self) -> Option<u64> {
+        self.epoch
+    }
+
+    /// Checks every internal count against a recount and every timer
+    /// against the state it belongs to; panics on a mismatch (tests and
+    /// the fuzz target; O(state)).
+    pub fn check(&self) {
+        self.proj.check();
+        let batched: usize = self.batches.iter().map(proposals::InFlight::len).sum();
+        assert_eq!(self.in_flight, self.outbox.len() + batched, "in_flight");
+        assert!(self.batches.len() <= MAX_BATCHES_IN_FLIGHT, "batches in flight");
+        for kind in self.proj.timers().kinds() {
+            if matches!(kind, TimerKind::Tick | TimerKind::GraceEnd) {
+                assert!(self.epoch.is_some(), "{kind:?} armed while not serving");
+            }
+        }
+    }
+
+    // ----- plumbing ---------------------------------------------------------
+
+    fn send(&mut self, conn: ConnId, delivery: Delivery) {
+        if self.clients.contains_key(&conn) {
+            self.deliveries.push_back((conn, delivery));
+        }
+    }
+
+    fn reply(&mut self, conn: ConnId, id: RequestId, frame: ServerFrame) {
+        self.send(conn, Delivery::Reply { id, frame });
+    }
+
+    /// Answers `w` with `T` (its wait ended without a grant).
+    fn time_out(&mut self, w: Waiter) {
+        self.metrics.timeouts.inc();
+        self.reply(w.conn, w.id, ServerFrame::Timeout { id: w.id, key: w.key });
+    }
+
+    /// Answers request `id` on `key` with `B` (a limit is reached).
+    fn refuse_busy(&mut self, conn: ConnId, id: RequestId, key: Key) {
+        self.metrics.busy.inc();
+        self.reply(conn, id, ServerFrame::Busy { id, key });
+    }
+
+    /// `M <leader>` or `E no_leader`, by the one rule of [`replication::redirect`].
+    fn redirect_frame(&self, leader: Option<&Addr>) -> ServerFrame {
+        replication::redirect(leader, &self.advertise)
+    }
+
+    /// Sets the holder of `key` (the projection arms or disarms its lease timer).
+    fn hold(&mut self, key: &Key, holding: Option<Holding>) {
+        self.proj.set_holder(key, holding);
+    }
+
+    /// Puts `w` at the tail of its key's queue, with a wait timer if `timed`.
+    fn enqueue(&mut self, w: Waiter, timed: bool) {
+        if !self.clients.contains_key(&w.conn) {
+            return; // the connection closed meanwhile: its waiters leave anyway
+        }
+        self.proj.enqueue(w, timed);
+    }
+
+    /// Puts a waiter that was taken off for a hand-over back at the head of
+    /// its queue (the hand-over did not happen) — unless its wait is over or
+    /// its connection is gone.
+    fn put_back(&mut self, w: Waiter) {
+        if w.wait_until <= self.now {
+            self.time_out(w);
+            return;
+        }
+        if !self.clients.contains_key(&w.conn) || self.epoch.is_none() {
+            return;
+        }
+        self.proj.requeue_front(w);
+    }
+
+    /// The start grace is running: nothing is granted (docs/deployment.md, "Start grace").
+    fn in_grace(&self) -> bool {
+        self.clock.is_some_and(|c| c.dt_at(self.now) < self.grace_dt)
+    }
+
+    // ----- inputs -----------------------------------------------------------
+
+    /// A connection finished its handshake; `client` is its `ip:port`
+    /// (shown for its waiters in `/locks/<key>`). Only registered
+    /// connections get deliveries.
+    pub fn handle_conn_opened(&mut self, now: Instant, conn: ConnId, client: String) {
+        self.advance(now);
+        self.clients.insert(conn, client);
+    }
+
+    /// The connection sent EOF: its waiters leave their queues, each
+    /// reported as [`Delivery::Dropped`]; answers to its requests already
+    /// being committed are still delivered.
+    pub fn handle_leave_queues(&mut self, now: Instant, conn: ConnId) {
+        self.advance(now);
+        for w in self.proj.remove_conn_waiters(conn) {
+            self.send(conn, Delivery::Dropped(w.id));
+        }
+    }
+
+    /// The connection is gone: its waiters leave their queues (with their
+    /// timers; its grants stay) and it gets no more deliveries.
+    pub fn handle_conn_closed(&mut self, now: Instant, conn: ConnId) {
+        self.advance(now);
+        if self.clients.remove(&conn).is_some() {
+            self.proj.remove_conn_waiters(conn);
+        }
+    }
+
+    /// Graceful shutdown: no new request is served (none is answered; the
+    /// connection says `E shutting_down`); [`Leader::is_drained`] once
+    /// nothing is in flight.
+    pub fn handle_drain(&mut self) {
+        self.draining = true;
+    }
+
+    /// Whether a new request from `conn` is served: not while draining (no
+    /// answer), and not without a serving epoch (the connection gets
+    /// `M`/`E no_leader` and closes).
+    fn accepts_requests(&mut self, conn: ConnId) -> bool {
+        if self.draining {
+            return false;
+        }
+        if self.epoch.is_none() {
+            let frame = self.redirect_frame(self.leader.as_ref());
+            self.send(conn, Delivery::Fatal(frame));
+            return false;
+        }
+        true
+    }
+
+    /// A request from the registered connection `conn`.
+    pub fn handle_request(&mut self, now: Instant, conn: ConnId, request: Request) {
+        self.advance(now);
+        if !self.accepts_requests(conn) {
+            return;
+        }
+        match request {
+            Request::Holds { id, key, owner } => {
+                if self.proj.is_busy(&key) {
+                    // A grant (or hand-over) of this key is being committed:
+                    // answer by its outcome (see `pump`).
+                    self.proj.push_query(&key, QueuedQuery { conn, id, owner });
+                } else {
+                    self.answer_query(conn, id, &key, &owner);
+                }
+            }
+            Request::Acquire { id, key, owner, wait, lease, read_at } => {
+                let wait_until = read_at + Duration::from_secs(u64::from(wait));
+                let w = Waiter { conn, id, key, owner, lease, read_at, wait_until };
+                self.acquire(w, wait);
+            }
+            Request::Release { id, key, owner, token } => {
+                self.proj.push_release(&key, QueuedRelease { conn, id, owner, token });
+                self.pump(&key);
+            }
+        }
+    }
+
+    fn acquire(&mut self, w: Waiter, wait: u8) {
+        let key = w.key.clone();
+        // Free: no holder and nobody queued. A free key can still have a
+        // proposal in flight: the no-op release of an `R` that matches no
+        // grant (docs/protocol.md §6). The grant is then the key's next command.
+        // During the start grace no key is free: every acquire queues.
+        let free = self.proj.holder(&key).is_none() && self.proj.queued(&key) == 0 && !self.in_grace();
+        if free {
+            if self.proj.held() >= self.limits.max_held_keys {
+                self.refuse_busy(w.conn, w.id, key.clone());
+                self.proj.remove_if_idle(&key);
+                return;
+            }
+            if self.proj.is_busy(&key) {
+                // Neither `T` (the key is not held) nor a waiter cap (it is
+                // not queued behind anyone): it goes first once the no-op
+                // release is committed (see `pump`); a wait of 0 gets no timer.
+                self.enqueue(w, wait > 0);
+            } else {
+                self.grant(w);
+            }
+            return;
+        }
+        if wait == 0 {
+            self.time_out(w);
+            self.proj.remove_if_idle(&key);
+            return;
+        }
+        if self.proj.queued(&key) >= self.limits.max_waiters_per_key || self.proj.waiters() >= self.limits.max_waiters {
+            self.refuse_busy(w.conn, w.id, key.clone());
+            self.proj.remove_if_idle(&key);
+            return;
+        }
+        self.enqueue(w, true);
+    }
+
+    /// Time passed: every timer due at `now` fires (waits end with `T`,
+    /// leases are expired, a `Tick` is proposed, the grace ends).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.advance(now);
+        let now = self.now;
+        while let Some(timer) = self.proj.timers_mut().pop_due(now) {
+            match timer {
+                TimerKind::Wait(wid) => {
+                    if let Some(w) = self.proj.remove_waiter(wid) {
+                        self.time_out(w);
+                    }
+                }
+                TimerKind::Lease(key) => self.pump(&key),
+                TimerKind::Tick => self.on_tick_timer(now),
+                TimerKind::GraceEnd => {
+                    debug!("start grace over: granting the queued waiters in FIFO order");
+                    for key in self.proj.keys_with_waiters() {
+                        self.pump(&key);
+                    }
+                }
+            }
+        }
+    }
+
+    /// What this node knows about leadership changed. `applied` is the
+    /// applied state (read only when this node starts serving a new epoch:
+    /// every held lock is kept until its domain-time lease end).
+    pub fn handle_leadership(&mut self, now: Instant, l: &Leadership, applied: &LockState) {
+        self.advance(now);
+        let now = self.now;
+        self.leader = l.leader.clone();
+        let serving_epoch = if l.serving && l.active { Some(l.epoch) } else { None };
+        if serving_epoch == self.epoch {
+            return;
+        }
+        self.discard_outbox();
+        // Stepping down, or a new term: every waiter is dropped (their
+        // connections are closed with `M`/`E no_leader`), with every timer.
+        // A new term starts its domain clock at the largest applied domain
+        // time and keeps every held lock until `granted_dt + lease` in
+        // domain time (docs/protocol.md, "Domain time").
+        let frame = self.redirect_frame(self.leader.as_ref());
+        for w in self.proj.clear() {
+            self.send(w.conn, Delivery::Fatal(frame.clone()));
+        }
+        self.epoch = serving_epoch;
+        self.clock = None;
+        if self.epoch.is_some() {
+            let applied_dt = applied.domain_time();
+            let clock = DomainClock::start(applied_dt, now);
+            self.clock = Some(clock);
+            for (key, h) in applied.holders() {
+                let deadline = clock.instant_of(h.end_dt(), now);
+                self.hold(&key, Some(Holding::until(h.owner, h.token, h.granted_dt, deadline)));
+            }
+            self.last_proposed = now;
+            let tick = self.tick();
+            self.proj.timers_mut().set(TimerKind::Tick, now + tick);
+            if applied_dt < self.grace_dt {
+                // A new domain: nothing is granted before domain time reaches the grace.
+                let end = clock.instant_of(self.grace_dt, now);
+                self.proj.timers_mut().set(TimerKind::GraceEnd, end);
+                debug!(grace_ms = self.grace_dt - applied_dt, "start grace: nothing is granted before it ends");
+            }
+            debug!(
+                epoch = l.epoch,
+                held = self.proj.held(),
+                applied_dt,
+                "serving: leases kept until their domain-time end"
+            );
+        }
+    }
+
+    /// The domain time at `now` (0 when not serving).
+    fn domain_now(&self, now: Instant) -> u64 {
+        self.clock.map_or(0, |c| c.dt_at(now))
+    }
+
+    fn tick(&self) -> Duration {
+        Duration::from_millis(self.limits.tick_ms)
+    }
+
+    /// Commits a `Tick` when nothing was proposed for `tick_ms`; re-arms.
+    fn on_tick_timer(&mut self, now: Instant) {
+        if self.epoch.is_none() {
+            return;
+        }
+        if !self.draining && !self.tick_in_flight && domain_time::tick_due(self.last_proposed, now, self.tick()) {
+            self.propose_tick();
+        }
+        let next = (self.last_proposed + self.tick()).max(now + Duration::from_millis(1));
+        let next = if self.tick_in_flight { next.max(now + self.tick()) } else { next };
+        self.proj.timers_mut().set(TimerKind::Tick, next);
+    }
+
+    /// `H` when `owner` holds `key` (remaining by domain time), else `N`.
+    fn answer_query(&mut self, conn: ConnId, id: RequestId, key: &Key, owner: &Owner) {
+        let frame = match self.proj.holder(key) {
+            Some(Holding { owner: o, grant: Grant::Committed { token, deadline, .. } }) if o == owner => {
+                let left = deadline.saturating_duration_since(self.now).as_millis();
+                ServerFrame::Held {
+                    id,
+                    key: key.clone(),
+                    owner: owner.clone(),
+                    token: *token,
+                    remaining_ms: u32::try_from(left).unwrap_or(u32::MAX),
+                }
+            }
+            _ => ServerFrame::NotHolder { id, key: key.clone() },
+        };
+        self.metrics.queries.inc();
+        self.reply(conn, id, frame);
+        self.proj.remove_if_idle(key);
+    }
+}
