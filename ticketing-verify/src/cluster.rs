@@ -63,6 +63,8 @@ pub struct Cluster {
     dir: PathBuf,
     /// Durable mode: node `i` runs with `--data-dir <run dir>/node<i>-data`.
     pub durable: bool,
+    /// Extra flags for the next starts.
+    pub extra: Vec<String>,
 }
 
 impl Cluster {
@@ -74,7 +76,7 @@ impl Cluster {
         }
         let targets: Vec<SocketAddr> = nodes.iter().map(|n| SocketAddr::from(([127, 0, 0, 1], n.peer))).collect();
         let net = Net::start(targets, seed).await?;
-        Ok(Cluster { nodes, net, bin: bin.to_owned(), dir: dir.to_owned(), durable: false })
+        Ok(Cluster { nodes, net, bin: bin.to_owned(), dir: dir.to_owned(), durable: false, extra: Vec::new() })
     }
 
     /// Client addresses of all nodes.
@@ -113,6 +115,7 @@ impl Cluster {
         if self.durable {
             cmd.arg("--data-dir").arg(&data);
         }
+        cmd.args(&self.extra);
         let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot start {}: {e}", self.bin.display()))?;
         self.net.set_pid(i, Some(child.id()));
         node.child = Some(child);

@@ -182,7 +182,7 @@ fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             // The 3-node run is durable (its kills restart nodes as
             // themselves, and restart-all), the 5-node run memory mode (its
-            // kills exercise learner replacement), then a durable standalone server.
+            // kills exercise learner replacement, and rebuild), then a durable standalone server.
             None => vec![
                 Plan { nodes: 3, durable: true, nemeses: all(3, true, cli.seed), ..base.clone() },
                 Plan {

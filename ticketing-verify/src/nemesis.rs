@@ -50,6 +50,10 @@ pub enum Nemesis {
     RestartAll,
     /// Durable standalone server: `kill -9`, restarted on its data dir.
     RestartStandalone,
+    /// Memory mode: `kill -9` of every node, then a new domain bootstrapped
+    /// with a start grace longer than any lease in flight: no double grant
+    /// across the rebuild.
+    Rebuild,
 }
 
 impl Nemesis {
@@ -75,7 +79,7 @@ impl Nemesis {
         match (nodes, durable) {
             (1, _) => vec![Nemesis::RestartStandalone],
             (_, true) => Nemesis::ALL.iter().copied().chain([Nemesis::RestartAll]).collect(),
-            (_, false) => Nemesis::ALL.to_vec(),
+            (_, false) => Nemesis::ALL.iter().copied().chain([Nemesis::Rebuild]).collect(),
         }
     }
 
@@ -95,12 +99,13 @@ impl Nemesis {
             Nemesis::PauseLeader => "pause-leader",
             Nemesis::RestartAll => "restart-all",
             Nemesis::RestartStandalone => "restart-standalone",
+            Nemesis::Rebuild => "rebuild",
         }
     }
 
     /// Parses a name.
     pub fn parse(s: &str) -> Option<Nemesis> {
-        Nemesis::ALL.into_iter().chain([Nemesis::RestartAll, Nemesis::RestartStandalone]).find(|n| n.name() == s)
+        Nemesis::ALL.into_iter().chain([Nemesis::RestartAll, Nemesis::RestartStandalone, Nemesis::Rebuild]).find(|n| n.name() == s)
     }
 }
 
@@ -250,7 +255,34 @@ impl World {
             }
             Nemesis::PauseClient => self.pause_client().await,
             Nemesis::RestartAll | Nemesis::RestartStandalone => self.restart_all().await,
+            Nemesis::Rebuild => self.rebuild().await,
         }
+    }
+
+    /// Memory mode: `kill -9` of every node (the domain is dead), then every
+    /// node started afresh, node 0 with `--bootstrap`, all with
+    /// `--start-grace` longer than the longest lease in flight; healed once
+    /// the new domain's leader serves (it grants only after the grace).
+    async fn rebuild(&mut self) -> anyhow::Result<Done> {
+        let n = self.cluster.nodes.len();
+        for i in 0..n {
+            self.cluster.kill9(i);
+        }
+        let grace = crate::run::LEASE + Duration::from_secs(1);
+        self.cluster.extra = vec!["--start-grace".into(), format!("{}", grace.as_secs_f64())];
+        let t = Instant::now();
+        let started = (0..n).rev().try_for_each(|i| self.cluster.start(i, i == 0));
+        self.cluster.extra.clear();
+        started?;
+        let l = self.leader().await?;
+        Ok(Done {
+            heal: mono_ns(),
+            detail: format!(
+                "kill -9 of all {n} nodes, a new domain with --start-grace {} s: node {l} serving {} ms after the restart",
+                grace.as_secs_f64(),
+                t.elapsed().as_millis()
+            ),
+        })
     }
 
     /// `kill -9` of every node (writers running), then each restarted on
