@@ -105,7 +105,10 @@ impl Nemesis {
 
     /// Parses a name.
     pub fn parse(s: &str) -> Option<Nemesis> {
-        Nemesis::ALL.into_iter().chain([Nemesis::RestartAll, Nemesis::RestartStandalone, Nemesis::Rebuild]).find(|n| n.name() == s)
+        Nemesis::ALL
+            .into_iter()
+            .chain([Nemesis::RestartAll, Nemesis::RestartStandalone, Nemesis::Rebuild])
+            .find(|n| n.name() == s)
     }
 }
 
