@@ -5,13 +5,19 @@ usage: bench-table.py RESULTS MACHINE  (RESULTS: ticketing-bench output lines)
 """
 import sys
 
+# (system, fsyncs before answering, column). Memory-mode rows do not compare
+# with fsync'd ones: the table says which is which.
 SYSTEMS = [
-    ("ticketing", "Ticketing 3 nodes"),
-    ("ticketing-standalone", "Ticketing standalone"),
-    ("etcd", "etcd 3 nodes"),
-    ("zookeeper", "ZooKeeper 3 nodes"),
-    ("redis", "Redis 1 node"),
+    ("ticketing", "no", "Ticketing 3 nodes"),
+    ("ticketing-standalone", "no", "Ticketing standalone"),
+    ("ticketing", "yes", "Ticketing 3 nodes durable"),
+    ("ticketing-standalone", "yes", "Ticketing standalone durable"),
+    ("etcd", "yes", "etcd 3 nodes"),
+    ("zookeeper", "yes", "ZooKeeper 3 nodes"),
+    ("redis", "no", "Redis 1 node"),
 ]
+# What a line without `fsync=` (older runs) means.
+FSYNC_DEFAULT = {"etcd": "yes", "zookeeper": "yes"}
 
 
 def parse(path):
@@ -24,8 +30,10 @@ def parse(path):
     return runs
 
 
-def find(runs, system, workload, **extra):
+def find(runs, system, workload, fsync=None, **extra):
     for r in runs:
+        if fsync is not None and r.get("fsync", FSYNC_DEFAULT.get(system, "no")) != fsync:
+            continue
         if r.get("system") == system and r.get("workload") == workload and all(r.get(k) == v for k, v in extra.items()):
             return r
     return None
@@ -82,15 +90,16 @@ def main():
         ("W3 kill -9 leader → first grant s", "W3", {"failover": None}, "first_grant_s"),
         ("W3 Indeterminate / duplicate grants", "W3", {"failover": None}, "w3err"),
     ]
-    w("| workload | " + " | ".join(name for _, name in SYSTEMS) + " |")
+    w("| workload | " + " | ".join(name for _, _, name in SYSTEMS) + " |")
     w("|---|" + "---|" * len(SYSTEMS))
+    w("| fsyncs before answering | " + " | ".join(f for _, f, _ in SYSTEMS) + " |")
     for label, wl, extra, field in rows:
         cells = []
-        for sysname, _ in SYSTEMS:
+        for sysname, fs, _ in SYSTEMS:
             ex = {k: v for k, v in extra.items() if v is not None}
-            r = find(runs, sysname, wl, **ex)
+            r = find(runs, sysname, wl, fsync=fs, **ex)
             if wl == "W3" and sysname == "ticketing":
-                r = find(runs, sysname, wl, failover="default", **ex)
+                r = find(runs, sysname, wl, fsync=fs, failover="default", **ex)
             if r is None:
                 cells.append("—")
             elif "error" in r:
@@ -115,14 +124,17 @@ def main():
         w("")
     w("## Ratios: Ticketing 3 nodes ÷ system (throughput; above 1 = Ticketing ahead)")
     w("")
-    w("| workload | " + " | ".join(name for _, name in SYSTEMS[1:]) + " |")
+    w("Each system against the Ticketing 3-node row of the same fsync column: memory")
+    w("mode against Redis, durable mode against etcd and ZooKeeper (which fsync too).")
+    w("")
+    w("| workload | " + " | ".join(name for _, _, name in SYSTEMS[1:]) + " |")
     w("|---|" + "---|" * (len(SYSTEMS) - 1))
     for label, wl, extra in [("W1 C=1", "W1", {"clients": "1"}), ("W1 C=64", "W1", {"clients": "64"}),
                              ("W2 hand-overs", "W2", {})]:
-        base = find(runs, "ticketing", wl, **extra)
         cells = []
-        for sysname, _ in SYSTEMS[1:]:
-            r = find(runs, sysname, wl, **extra)
+        for sysname, fs, _ in SYSTEMS[1:]:
+            base = find(runs, "ticketing", wl, fsync=fs, **extra)
+            r = find(runs, sysname, wl, fsync=fs, **extra)
             b, v = num(base or {}, "ops_s"), num(r or {}, "ops_s")
             cells.append("—" if not b or not v else f"{b / v:.2f}×")
         w(f"| {label} | " + " | ".join(cells) + " |")

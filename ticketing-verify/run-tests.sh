@@ -3,8 +3,8 @@
 #   ticketing-verify/run-tests.sh [extra ticketing-verify args]
 # Builds the release server and the suite once, then
 #   1. the suite's own tests (checker rules, the fence on SQLite and PostgreSQL);
-#   2. the `ci` profile on SQLite (fixed seeds, every fault at least once, 3 and
-#      5 nodes; docs/verification.md);
+#   2. the `ci` profile on SQLite (fixed seeds, every fault at least once, 3 durable,
+#      5 memory-mode nodes, a durable standalone server; docs/verification.md);
 #   3. the `ci` profile's 3-node run on a throw-away PostgreSQL (initdb + pg_ctl
 #      on loopback; PostgreSQL is installed with apt when missing and we are root).
 # Seed: $TICKETING_VERIFY_SEED (default 1; the PostgreSQL run uses seed + 2).
@@ -96,9 +96,9 @@ verify() {
     "$TARGET/release/ticketing-verify" --server "$TARGET/release/ticketing-server" "$@"
 }
 if verify --profile ci --seed "$SEED" --dir "$HIST" "$@"; then
-    ok "ci profile, SQLite, 3 and 5 nodes, seed $SEED"
+    ok "ci profile, SQLite, 3 durable + 5 memory-mode nodes + durable standalone, seed $SEED"
 else
-    ko "ci profile, SQLite, 3 and 5 nodes, seed $SEED"
+    ko "ci profile, SQLite, 3 durable + 5 memory-mode nodes + durable standalone, seed $SEED"
 fi
 
 # --- 3. the ci profile's 3-node run on PostgreSQL ------------------------------------------

@@ -108,6 +108,23 @@ struct Args {
     /// Peers: process ids of the nodes in `--endpoints` order (W3 kills the leader's).
     #[arg(long, value_delimiter = ',')]
     pids: Vec<u32>,
+    /// Ticketing in durable mode: every node with its own `--data-dir` (fsync per batch).
+    #[arg(long)]
+    durable: bool,
+}
+
+impl Args {
+    /// Whether the system under test fsyncs before it answers (printed as
+    /// `fsync=` on every line: memory-mode rows do not compare with fsync'd ones).
+    fn fsyncs(&self) -> bool {
+        match self.system {
+            SystemArg::Ticketing | SystemArg::TicketingStandalone => self.durable,
+            // etcd and ZooKeeper fsync their log before they answer (their defaults).
+            SystemArg::Etcd | SystemArg::Zookeeper => true,
+            // Redis's default persistence (RDB snapshots, no AOF fsync per write).
+            SystemArg::Redis => false,
+        }
+    }
 }
 
 /// The server flags of a failover profile.
@@ -142,7 +159,9 @@ impl Ctx {
         self.runs += 1;
         let mut flags = failover_flags(self.args.failover);
         flags.extend(extra);
-        let servers = Servers::start(&self.bin, n, &flags, &self.dir.join(format!("run{}", self.runs))).await?;
+        let run_dir = self.dir.join(format!("run{}", self.runs));
+        let data = self.args.durable.then(|| run_dir.clone());
+        let servers = Servers::start(&self.bin, n, &flags, &run_dir, data.as_deref()).await?;
         let broker = TicketBroker::builder(servers.client_addrs()).build()?;
         if !broker.wait_ready(Duration::from_secs(10)).await {
             anyhow::bail!("the client found no serving leader within 10 s");
@@ -265,7 +284,8 @@ async fn main() {
     for w in workloads {
         match ctx.run(&w).await {
             Ok(reports) => {
-                for r in reports {
+                for mut r in reports {
+                    r.set("fsync", if ctx.args.fsyncs() { "yes" } else { "no" });
                     println!("{}", r.line());
                 }
             }

@@ -40,8 +40,14 @@ pub fn default_server_bin() -> PathBuf {
 impl Servers {
     /// Starts `n` nodes (1 = standalone, 3 = a cluster bootstrapped by node
     /// 0) with `extra` flags on every node, and waits (up to 30 s) for a
-    /// serving leader.
-    pub async fn start(bin: &Path, n: usize, extra: &[String], dir: &Path) -> anyhow::Result<Servers> {
+    /// serving leader. `data`: durable mode, node `i` keeps `data/node<i>-data`.
+    pub async fn start(
+        bin: &Path,
+        n: usize,
+        extra: &[String],
+        dir: &Path,
+        data: Option<&Path>,
+    ) -> anyhow::Result<Servers> {
         if !bin.exists() {
             anyhow::bail!(
                 "{} not found: build it with `cargo build --release -p ticketing-server` or pass --server-bin",
@@ -72,6 +78,9 @@ impl Servers {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(log);
+            if let Some(d) = data {
+                cmd.arg("--data-dir").arg(d.join(format!("node{i}-data")));
+            }
             if n > 1 {
                 cmd.arg("--peer-listen").arg(format!("127.0.0.1:{peer_port}")).arg("--peers").arg(&peers);
                 if i == 0 {

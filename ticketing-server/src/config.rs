@@ -115,6 +115,9 @@ pub struct Cli {
     #[arg(long, env = "TICKETING_BOOTSTRAP", action = ArgAction::SetTrue)]
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub bootstrap: bool,
+    /// Durable mode: keep identity, Raft vote, log and snapshots (or the standalone journal) in DIR, fsynced (docs/deployment.md, "Durability").
+    #[arg(long, env = "TICKETING_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
     /// File with the accepted client tokens, one per line (also env TICKETING_CLIENT_TOKENS, comma separated).
     #[arg(long, env = "TICKETING_CLIENT_TOKENS_FILE", value_name = "FILE")]
     pub client_tokens_file: Option<PathBuf>,
@@ -287,6 +290,8 @@ pub struct Config {
     pub peers: Vec<String>,
     /// Create a new fencing domain.
     pub bootstrap: bool,
+    /// Durable mode's directory (docs/deployment.md, "Durability"); `None` = memory mode.
+    pub data_dir: Option<PathBuf>,
     /// Accepted client tokens (empty = auth off).
     pub client_tokens: Vec<Secret>,
     /// The `--client-tokens-file` the tokens were read from, if any.
@@ -335,6 +340,7 @@ impl Default for Config {
             peer_listen: None,
             peers: Vec::new(),
             bootstrap: false,
+            data_dir: None,
             client_tokens: Vec::new(),
             client_tokens_file: None,
             peer_tokens: Vec::new(),
@@ -618,6 +624,10 @@ impl Config {
         let peers = resolve_peers(cli.peers.unwrap_or_default(), cli.bootstrap)?;
         let client_tokens = client_tokens(cli.client_tokens_file.as_deref())?;
         let peer_tokens = peer_tokens(cli.peer_token_file.as_deref())?;
+        let data_dir = cli.data_dir;
+        if data_dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
+            return Err(invalid("--data-dir", "must name a directory"));
+        }
 
         let peer_listen = cli.peer_listen;
         if !peers.is_empty() && peer_listen.is_none() {
@@ -637,6 +647,7 @@ impl Config {
             peer_listen,
             peers,
             bootstrap: cli.bootstrap,
+            data_dir,
             client_tokens,
             client_tokens_file: cli.client_tokens_file,
             peer_tokens,

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod config;
 pub mod conn;
 pub mod domain_time;
+pub mod durable;
 pub mod gencerts;
 pub mod leader;
 pub mod listener;

@@ -8,6 +8,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 use ticketing_server::config::{Config, ConfigError};
+use ticketing_server::durable::DataDirError;
 use ticketing_server::server;
 use tokio::net::TcpListener;
 use tracing_subscriber::EnvFilter;
@@ -35,6 +36,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Durable mode's DIR first: a refused one exits before the ready line.
+    let data = match ticketing_server::durable::open_for(&config) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("ticketing-server: {e}");
+            return ExitCode::from(e.exit_code());
+        }
+    };
     let result = runtime.block_on(async move {
         // Signal handlers first, so a SIGTERM right after the ready line is handled.
         let shutdown = shutdown_signal()?;
@@ -47,15 +56,17 @@ fn main() -> ExitCode {
         // One line on stdout when ready (scripts and tests wait for it).
         println!("ticketing-server listening on {local}");
         let _ = std::io::stdout().flush();
-        server::Builder::new(config).reload(reload).run(listener, shutdown).await
+        server::Builder::new(config).reload(reload).data(data).run(listener, shutdown).await
     });
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ticketing-server: {e:#}");
-            // Configuration found wrong only at start-up (TLS files) exits 2 too.
-            if e.chain().any(|c| c.is::<ConfigError>()) {
+            // Configuration found wrong only at start-up (TLS files, a bad data dir) exits 2 too.
+            if let Some(d) = e.chain().find_map(|c| c.downcast_ref::<DataDirError>()) {
+                ExitCode::from(d.exit_code())
+            } else if e.chain().any(|c| c.is::<ConfigError>()) {
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE

@@ -6,6 +6,8 @@
 use crate::cluster::{self, ClusterError};
 use crate::config::Config;
 use crate::conn::ConnContext;
+use crate::durable::standalone::DurableStandalone;
+use crate::durable::DataDir;
 use crate::listener::Listener;
 use crate::manager::metrics::gauge_value;
 use crate::manager::{self, ManagerHandle, Metrics};
@@ -46,6 +48,7 @@ pub async fn cluster_replicator(
     advertise: &Addr,
     material: &Material,
     metrics: &Metrics,
+    data: Option<Arc<DataDir>>,
 ) -> Result<cluster::Started, ClusterError> {
     let mut cc = cluster::ClusterConfig::from_config(config, advertise.clone(), material);
     cc.limits.metrics = metrics.limits.clone();
@@ -53,6 +56,7 @@ pub async fn cluster_replicator(
         cc.commit_seconds = Some(raft.commit.clone());
         raft.election_timeout.set(config.election_timeout_max_ms as f64 / 1000.0);
     }
+    cc.data = data;
     cluster::start(cc).await
 }
 
@@ -69,6 +73,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future) -
 pub struct Builder {
     config: Config,
     reload: Option<tokio::signal::unix::Signal>,
+    data: Option<Arc<DataDir>>,
     parts: Option<Parts>,
 }
 
@@ -82,13 +87,21 @@ struct Parts {
 impl Builder {
     /// A server for `config` (what [`run`] runs).
     pub fn new(config: Config) -> Builder {
-        Builder { config, reload: None, parts: None }
+        Builder { config, reload: None, data: None, parts: None }
     }
 
     /// Every value `reload` yields re-reads the tokens and certificates
     /// ([`Material::reload`]; the binary feeds it SIGHUP).
     pub fn reload(mut self, reload: tokio::signal::unix::Signal) -> Builder {
         self.reload = Some(reload);
+        self
+    }
+
+    /// `--data-dir` already opened ([`crate::durable::open_for`]): the binary
+    /// opens it before it binds, so a refused DIR never prints the ready
+    /// line. Without it, [`Builder::run`] opens the config's DIR itself.
+    pub fn data(mut self, data: Option<Arc<DataDir>>) -> Builder {
+        self.data = data;
         self
     }
 
@@ -102,22 +115,30 @@ impl Builder {
 
     /// Runs until `shutdown` completes (see [`run`]).
     pub async fn run(self, listener: TcpListener, shutdown: impl Future) -> Result<()> {
-        let Builder { config, reload, parts } = self;
+        let Builder { config, reload, data, parts } = self;
         let material = Arc::new(Material::load(&config)?);
         match parts {
             Some(Parts { advertise, replicator, manager }) => {
                 serve_clients(&config, listener, advertise, replicator, manager, &material, shutdown).await?;
                 Ok(())
             }
-            None => run_node(config, listener, shutdown, reload, material).await,
+            None => {
+                let data = match data {
+                    Some(d) => Some(d),
+                    None => crate::durable::open_for(&config)?,
+                };
+                run_node(config, data, listener, shutdown, reload, material).await
+            }
         }
     }
 }
 
 /// The whole node: replicator (standalone or cluster), manager, admin HTTP,
-/// reload, the client port, and Raft's shutdown at the end.
+/// reload, the client port, and Raft's shutdown at the end. `data`: the
+/// opened `--data-dir` (durable mode), `None` in memory mode.
 async fn run_node(
     config: Config,
+    data: Option<Arc<DataDir>>,
     listener: TcpListener,
     shutdown: impl Future,
     reload: Option<tokio::signal::unix::Signal>,
@@ -127,9 +148,13 @@ async fn run_node(
     let metrics = Arc::new(Metrics::new(!config.is_standalone()));
     metrics.max_waiters.set(gauge_value(config.limits.max_waiters));
     let (replicator, cluster, failed): (Arc<dyn Replicator>, _, _) = if config.is_standalone() {
-        (Arc::new(Standalone::new(advertise.clone())), None, None)
+        let replicator: Arc<dyn Replicator> = match data {
+            Some(dir) => Arc::new(DurableStandalone::open(advertise.clone(), dir)?),
+            None => Arc::new(Standalone::new(advertise.clone())),
+        };
+        (replicator, None, None)
     } else {
-        let started = cluster_replicator(&config, &advertise, &material, &metrics).await?;
+        let started = cluster_replicator(&config, &advertise, &material, &metrics, data).await?;
         (started.replicator.clone(), Some(started.replicator), Some(started.failed))
     };
     // Stops on the signal, or with the error of a refused bootstrap.

@@ -61,6 +61,10 @@ pub struct Cluster {
     pub net: Net,
     bin: PathBuf,
     dir: PathBuf,
+    /// Durable mode: node `i` runs with `--data-dir <run dir>/node<i>-data`.
+    pub durable: bool,
+    /// Extra flags for the next starts.
+    pub extra: Vec<String>,
 }
 
 impl Cluster {
@@ -72,7 +76,7 @@ impl Cluster {
         }
         let targets: Vec<SocketAddr> = nodes.iter().map(|n| SocketAddr::from(([127, 0, 0, 1], n.peer))).collect();
         let net = Net::start(targets, seed).await?;
-        Ok(Cluster { nodes, net, bin: bin.to_owned(), dir: dir.to_owned() })
+        Ok(Cluster { nodes, net, bin: bin.to_owned(), dir: dir.to_owned(), durable: false, extra: Vec::new() })
     }
 
     /// Client addresses of all nodes.
@@ -80,9 +84,12 @@ impl Cluster {
         self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.client)).collect()
     }
 
-    /// Starts node `i` as a fresh process (new NodeId).
+    /// Starts node `i` (memory mode: a fresh process, new NodeId; durable
+    /// mode: on its data dir). A 1-node "cluster" is a standalone server.
     pub fn start(&mut self, i: usize, bootstrap: bool) -> anyhow::Result<()> {
         let peers = self.net.addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
+        let standalone = self.nodes.len() == 1;
+        let data = self.dir.join(format!("node{i}-data"));
         let node = &mut self.nodes[i];
         node.starts += 1;
         let log = std::fs::File::create(self.dir.join(format!("node{}-{}.log", i, node.starts)))?;
@@ -91,10 +98,6 @@ impl Cluster {
             .arg(format!("127.0.0.1:{}", node.client))
             .arg("--advertise")
             .arg(format!("127.0.0.1:{}", node.client))
-            .arg("--peer-listen")
-            .arg(format!("127.0.0.1:{}", node.peer))
-            .arg("--peers")
-            .arg(&peers)
             .arg("--admin-listen")
             .arg(format!("127.0.0.1:{}", node.admin))
             .env("RUST_LOG", "info")
@@ -103,9 +106,16 @@ impl Cluster {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
-        if bootstrap {
-            cmd.arg("--bootstrap");
+        if !standalone {
+            cmd.arg("--peer-listen").arg(format!("127.0.0.1:{}", node.peer)).arg("--peers").arg(&peers);
+            if bootstrap {
+                cmd.arg("--bootstrap");
+            }
         }
+        if self.durable {
+            cmd.arg("--data-dir").arg(&data);
+        }
+        cmd.args(&self.extra);
         let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot start {}: {e}", self.bin.display()))?;
         self.net.set_pid(i, Some(child.id()));
         node.child = Some(child);

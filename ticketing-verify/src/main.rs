@@ -12,7 +12,7 @@ use ticketing_verify::workload::{self, ClientArgs};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Profile {
-    /// ≤ 5 min: fixed seeds, every fault at least once, 3 and 5 nodes.
+    /// ≤ 5 min: fixed seeds, every fault at least once: 3 durable nodes, 5 memory-mode nodes, a durable standalone server.
     Ci,
     /// Long manual runs: random faults until --duration; writes its table to docs/soak-runs.md.
     Soak,
@@ -26,12 +26,15 @@ struct Cli {
     /// ci or soak.
     #[arg(long, value_enum, default_value = "ci")]
     profile: Profile,
-    /// Seed of every choice (ci: the 3-node run uses it, the 5-node run seed + 1; each runs every fault once, in an order drawn from its seed).
+    /// Seed of every choice (ci: the 3-node run uses it, the 5-node run seed + 1, the standalone run seed + 2; each runs every fault it can take once, in an order drawn from its seed).
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Only this cluster size (3 or 5): with ci, that size runs every fault.
+    /// Only this cluster size (3 or 5, or 1: a durable standalone server): with ci, that size runs every fault it can take.
     #[arg(long)]
     nodes: Option<usize>,
+    /// With --nodes 3 or 5: durable mode (`--data-dir` per node; adds restart-all). 1 is always durable.
+    #[arg(long)]
+    durable: bool,
     /// Soak length: `30m`, `90s`, `1h` or seconds.
     #[arg(long, value_parser = parse_duration, default_value = "30m")]
     duration: Duration,
@@ -139,8 +142,8 @@ fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     };
     if let Some(n) = cli.nodes {
-        if n != 3 && n != 5 {
-            anyhow::bail!("--nodes must be 3 or 5, got {n}");
+        if n != 1 && n != 3 && n != 5 {
+            anyhow::bail!("--nodes must be 3 or 5 (or 1: a durable standalone server), got {n}");
         }
     }
     let server = match cli.server {
@@ -154,34 +157,60 @@ fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
         );
     }
     let bound = Duration::from_secs(cli.bound);
-    let base = Plan { nodes: 3, seed: cli.seed, nemeses: Vec::new(), duration: None, clients: 4, keys: 3, bound, db };
+    let base = Plan {
+        nodes: 3,
+        seed: cli.seed,
+        nemeses: Vec::new(),
+        duration: None,
+        clients: 4,
+        keys: 3,
+        bound,
+        db,
+        durable: false,
+    };
+    // Every fault a run can take, in an order drawn from its seed.
+    let all = |nodes: usize, durable: bool, seed: u64| {
+        let mut v = Nemesis::for_run(nodes, durable);
+        ticketing_verify::rng::Rng::new(seed).shuffle(&mut v);
+        v
+    };
     let plans: Vec<Plan> = match cli.profile {
-        Profile::Ci => {
-            let all = |seed: u64| {
-                let mut v = Nemesis::ALL.to_vec();
-                ticketing_verify::rng::Rng::new(seed).shuffle(&mut v);
-                v
-            };
-            match cli.nodes {
-                Some(n) => vec![Plan { nodes: n, nemeses: all(cli.seed), ..base.clone() }],
-                None => vec![
-                    Plan { nodes: 3, nemeses: all(cli.seed), ..base.clone() },
-                    Plan {
-                        nodes: 5,
-                        seed: cli.seed.wrapping_add(1),
-                        nemeses: all(cli.seed.wrapping_add(1)),
-                        ..base.clone()
-                    },
-                ],
+        Profile::Ci => match cli.nodes {
+            Some(n) => {
+                let durable = cli.durable || n == 1;
+                vec![Plan { nodes: n, durable, nemeses: all(n, durable, cli.seed), ..base.clone() }]
             }
+            // The 3-node run is durable (its kills restart nodes as
+            // themselves, and restart-all), the 5-node run memory mode (its
+            // kills exercise learner replacement, and rebuild), then a durable standalone server.
+            None => vec![
+                Plan { nodes: 3, durable: true, nemeses: all(3, true, cli.seed), ..base.clone() },
+                Plan {
+                    nodes: 5,
+                    seed: cli.seed.wrapping_add(1),
+                    nemeses: all(5, false, cli.seed.wrapping_add(1)),
+                    ..base.clone()
+                },
+                Plan {
+                    nodes: 1,
+                    durable: true,
+                    seed: cli.seed.wrapping_add(2),
+                    nemeses: vec![Nemesis::RestartStandalone; 2],
+                    ..base.clone()
+                },
+            ],
+        },
+        Profile::Soak => {
+            let nodes = cli.nodes.unwrap_or(3);
+            vec![Plan { nodes, durable: cli.durable || nodes == 1, duration: Some(cli.duration), ..base.clone() }]
         }
-        Profile::Soak => vec![Plan { nodes: cli.nodes.unwrap_or(3), duration: Some(cli.duration), ..base.clone() }],
     };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()?;
     let (mut v, mut g, mut f, mut fr) = (0u64, 0u64, 0u64, 0u64);
     let mut failed_runs = 0;
     for plan in &plans {
-        let name = format!("{}-nodes-seed-{}", plan.nodes, plan.seed);
+        let mode = if plan.durable { "durable" } else { "memory" };
+        let name = format!("{}-nodes-{mode}-seed-{}", plan.nodes, plan.seed);
         let dir = run::run_dir(cli.dir.as_deref(), &name);
         println!("== {name}: {} clients, {} keys, history in {}", plan.clients, plan.keys, dir.display());
         let out = rt.block_on(run::run(plan, &server, &dir))?;

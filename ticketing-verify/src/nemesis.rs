@@ -45,6 +45,15 @@ pub enum Nemesis {
     PauseClient,
     /// The leader stopped (SIGSTOP) past the election timeout, then SIGCONT.
     PauseLeader,
+    /// Durable cluster: `kill -9` of every node at once, each restarted on
+    /// its data dir; the domain, its holders and its token counter survive.
+    RestartAll,
+    /// Durable standalone server: `kill -9`, restarted on its data dir.
+    RestartStandalone,
+    /// Memory mode: `kill -9` of every node, then a new domain bootstrapped
+    /// with a start grace longer than any lease in flight: no double grant
+    /// across the rebuild.
+    Rebuild,
 }
 
 impl Nemesis {
@@ -63,6 +72,17 @@ impl Nemesis {
         Nemesis::PauseLeader,
     ];
 
+    /// The faults a run of `nodes` nodes (1: a standalone server) in durable
+    /// mode or not can take: the whole-cluster restart needs durable nodes,
+    /// a standalone server takes only its own restart.
+    pub fn for_run(nodes: usize, durable: bool) -> Vec<Nemesis> {
+        match (nodes, durable) {
+            (1, _) => vec![Nemesis::RestartStandalone],
+            (_, true) => Nemesis::ALL.iter().copied().chain([Nemesis::RestartAll]).collect(),
+            (_, false) => Nemesis::ALL.iter().copied().chain([Nemesis::Rebuild]).collect(),
+        }
+    }
+
     /// Its name in the history and the table.
     pub fn name(self) -> &'static str {
         match self {
@@ -77,12 +97,18 @@ impl Nemesis {
             Nemesis::RollingRestart => "rolling-restart",
             Nemesis::PauseClient => "pause-client",
             Nemesis::PauseLeader => "pause-leader",
+            Nemesis::RestartAll => "restart-all",
+            Nemesis::RestartStandalone => "restart-standalone",
+            Nemesis::Rebuild => "rebuild",
         }
     }
 
     /// Parses a name.
     pub fn parse(s: &str) -> Option<Nemesis> {
-        Nemesis::ALL.into_iter().find(|n| n.name() == s)
+        Nemesis::ALL
+            .into_iter()
+            .chain([Nemesis::RestartAll, Nemesis::RestartStandalone, Nemesis::Rebuild])
+            .find(|n| n.name() == s)
     }
 }
 
@@ -231,7 +257,58 @@ impl World {
                 Ok(Done { heal: mono_ns(), detail: format!("leader {l} stopped (SIGSTOP) for {total} ms") })
             }
             Nemesis::PauseClient => self.pause_client().await,
+            Nemesis::RestartAll | Nemesis::RestartStandalone => self.restart_all().await,
+            Nemesis::Rebuild => self.rebuild().await,
         }
+    }
+
+    /// Memory mode: `kill -9` of every node (the domain is dead), then every
+    /// node started afresh, node 0 with `--bootstrap`, all with
+    /// `--start-grace` longer than the longest lease in flight; healed once
+    /// the new domain's leader serves (it grants only after the grace).
+    async fn rebuild(&mut self) -> anyhow::Result<Done> {
+        let n = self.cluster.nodes.len();
+        for i in 0..n {
+            self.cluster.kill9(i);
+        }
+        let grace = crate::run::LEASE + Duration::from_secs(1);
+        self.cluster.extra = vec!["--start-grace".into(), format!("{}", grace.as_secs_f64())];
+        let t = Instant::now();
+        let started = (0..n).rev().try_for_each(|i| self.cluster.start(i, i == 0));
+        self.cluster.extra.clear();
+        started?;
+        let l = self.leader().await?;
+        Ok(Done {
+            heal: mono_ns(),
+            detail: format!(
+                "kill -9 of all {n} nodes, a new domain with --start-grace {} s: node {l} serving {} ms after the restart",
+                grace.as_secs_f64(),
+                t.elapsed().as_millis()
+            ),
+        })
+    }
+
+    /// `kill -9` of every node (writers running), then each restarted on
+    /// its data dir; healed once a leader serves again.
+    async fn restart_all(&mut self) -> anyhow::Result<Done> {
+        let n = self.cluster.nodes.len();
+        for i in 0..n {
+            self.cluster.kill9(i);
+        }
+        let down = self.rng.range(0, 1500);
+        sleep(Duration::from_millis(down)).await;
+        let t = Instant::now();
+        for i in 0..n {
+            self.cluster.start(i, false)?;
+        }
+        let l = self.leader().await?;
+        Ok(Done {
+            heal: mono_ns(),
+            detail: format!(
+                "kill -9 of all {n} node(s), down {down} ms, node {l} serving {} ms after the restart",
+                t.elapsed().as_millis()
+            ),
+        })
     }
 
     async fn pause_client(&mut self) -> anyhow::Result<Done> {

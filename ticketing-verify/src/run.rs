@@ -41,6 +41,8 @@ pub struct Plan {
     pub bound: Duration,
     /// A PostgreSQL URL for the counter; `None`: a SQLite file in the run's directory.
     pub db: Option<String>,
+    /// Durable mode (`--data-dir` per node).
+    pub durable: bool,
 }
 
 /// The outcome of a run.
@@ -124,6 +126,7 @@ pub async fn run(plan: &Plan, bin: &Path, dir: &Path) -> anyhow::Result<Outcome>
     }
     let mut rng = Rng::new(plan.seed);
     let mut cluster = Cluster::new(plan.nodes, bin, dir, rng.next_u64()).await?;
+    cluster.durable = plan.durable;
     for i in (0..plan.nodes).rev() {
         cluster.start(i, i == 0)?;
     }
@@ -150,7 +153,8 @@ pub async fn run(plan: &Plan, bin: &Path, dir: &Path) -> anyhow::Result<Outcome>
             None if i < queue.len() => queue[i],
             None => break,
             Some(d) if t0.elapsed() < d => {
-                let n = Nemesis::ALL[rng.index(Nemesis::ALL.len())];
+                let choices = Nemesis::for_run(plan.nodes, plan.durable);
+                let n = choices[rng.index(choices.len())];
                 queue.push(n);
                 n
             }

@@ -184,8 +184,29 @@ impl std::error::Error for BootstrapRefusal {
 
 /// `--bootstrap`: create a new domain with every peer as a voter, or refuse.
 pub async fn bootstrap(node: Arc<Node>, pool: Arc<Pool>) -> Result<(), BootstrapRefusal> {
+    let statuses = peer_statuses(&node, &pool).await?;
+    check_members(&node, &statuses)?;
+    let domain = new_domain_id();
+    if !node.adopt_domain(domain) {
+        return Err(BootstrapRefusal::JoinedMeanwhile);
+    }
+    announce_domain(&node, &pool, &statuses, domain).await?;
+    let members: BTreeMap<NodeId, NodeInfo> = statuses
+        .iter()
+        .map(|(addr, s)| (s.node_id, NodeInfo { peer: addr.clone(), client: s.client.clone(), admin: s.admin.clone() }))
+        .collect();
+    let raft = node.raft.get().ok_or(BootstrapRefusal::RaftNotRunning)?;
+    raft.initialize(members.clone()).await.map_err(|e| BootstrapRefusal::Initialize(e.to_string()))?;
+    info!(domain = %domain, members = ?members, "bootstrapped a new fencing domain");
+    Ok(())
+}
+
+/// Bootstrap step 1: the status of every peer, waiting (up to
+/// [`BOOTSTRAP_PATIENCE`]) until all answer; refused if any belongs to a
+/// domain or has Raft state.
+async fn peer_statuses(node: &Node, pool: &Pool) -> Result<BTreeMap<String, PeerStatus>, BootstrapRefusal> {
     let deadline = Instant::now() + BOOTSTRAP_PATIENCE;
-    let statuses: BTreeMap<String, PeerStatus> = loop {
+    loop {
         let mut found = BTreeMap::new();
         let mut missing = Vec::new();
         for addr in &node.peers {
@@ -204,14 +225,18 @@ pub async fn bootstrap(node: Arc<Node>, pool: Arc<Pool>) -> Result<(), Bootstrap
             }
         }
         if missing.is_empty() {
-            break found;
+            return Ok(found);
         }
         if Instant::now() >= deadline {
             return Err(BootstrapRefusal::PeersMissing { missing });
         }
         debug!(missing = ?missing, "bootstrap: waiting for peers");
         tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    }
+}
+
+/// Bootstrap step 2: this node is among the peers, and each peer is listed once.
+fn check_members(node: &Node, statuses: &BTreeMap<String, PeerStatus>) -> Result<(), BootstrapRefusal> {
     if !statuses.values().any(|s| s.node_id == node.id) {
         return Err(BootstrapRefusal::NotAPeer {
             peers: node.peers.clone(),
@@ -224,18 +249,29 @@ pub async fn bootstrap(node: Arc<Node>, pool: Arc<Pool>) -> Result<(), Bootstrap
             return Err(BootstrapRefusal::DuplicateNode(s.node_id));
         }
     }
-    let domain = loop {
+    Ok(())
+}
+
+/// A new random, non-zero fencing domain id.
+fn new_domain_id() -> DomainId {
+    loop {
         let mut b = [0u8; 16];
         rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut b);
         let d = u128::from_be_bytes(b);
         if d != 0 {
-            break DomainId(d);
+            return DomainId(d);
         }
-    };
-    if !node.adopt_domain(domain) {
-        return Err(BootstrapRefusal::JoinedMeanwhile);
     }
-    for (addr, s) in &statuses {
+}
+
+/// Bootstrap step 3: every other peer joins `domain`, or bootstrap is refused.
+async fn announce_domain(
+    node: &Node,
+    pool: &Pool,
+    statuses: &BTreeMap<String, PeerStatus>,
+    domain: DomainId,
+) -> Result<(), BootstrapRefusal> {
+    for (addr, s) in statuses {
         if s.node_id == node.id {
             continue;
         }
@@ -248,13 +284,6 @@ pub async fn bootstrap(node: Arc<Node>, pool: Arc<Pool>) -> Result<(), Bootstrap
             Err(error) => return Err(BootstrapRefusal::PeerFailed { addr: addr.clone(), error }),
         }
     }
-    let members: BTreeMap<NodeId, NodeInfo> = statuses
-        .iter()
-        .map(|(addr, s)| (s.node_id, NodeInfo { peer: addr.clone(), client: s.client.clone(), admin: s.admin.clone() }))
-        .collect();
-    let raft = node.raft.get().ok_or(BootstrapRefusal::RaftNotRunning)?;
-    raft.initialize(members.clone()).await.map_err(|e| BootstrapRefusal::Initialize(e.to_string()))?;
-    info!(domain = %domain, members = ?members, "bootstrapped a new fencing domain");
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 //!
 //! - `types`: the openraft type configuration (entries are lock commands).
 //! - `store`: in-memory log, state machine over [`LockState`], snapshots.
+//! - `disk`: durable mode's Raft log (`--data-dir`, docs/deployment.md "Durability").
 //! - `wire`: the peer protocol's handshake and frames (docs/cluster-protocol.md).
 //! - `peer`: the peer port, the connection pool, the openraft network.
 //! - `membership`: bootstrap, join and rolling learner replacement
@@ -14,6 +15,7 @@
 //! published here from `raft.metrics()` with the quorum-ack gate
 //! (docs/deployment.md, "Failover timing").
 
+pub mod disk;
 mod late;
 pub mod membership;
 pub mod peer;
@@ -21,6 +23,8 @@ pub mod store;
 pub mod types;
 pub mod wire;
 
+use crate::durable::journal::Journal;
+use crate::durable::{DataDir, DataDirError};
 use crate::locks::{Command, LockState};
 use crate::reload::{Current, Material, PeerTokens};
 use crate::replication::{Leadership, Proposal, ProposeError, Replicator};
@@ -74,6 +78,8 @@ pub struct ClusterConfig {
     pub limits: peer::PeerLimits,
     /// Where the time to commit each proposed batch is observed, if anywhere.
     pub commit_seconds: Option<Histogram>,
+    /// Durable mode: the opened `--data-dir` (identity, vote, log, snapshots).
+    pub data: Option<Arc<DataDir>>,
 }
 
 impl ClusterConfig {
@@ -100,6 +106,7 @@ impl ClusterConfig {
                 metrics: Default::default(),
             },
             commit_seconds: None,
+            data: None,
         }
     }
 }
@@ -123,6 +130,8 @@ pub enum ClusterError {
     RaftStart(openraft::error::Fatal<NodeId>),
     /// `--bootstrap` refused to create a domain (nothing was changed).
     BootstrapRefused(membership::BootstrapRefusal),
+    /// The data dir cannot be used (durable mode).
+    DataDir(DataDirError),
 }
 
 impl fmt::Display for ClusterError {
@@ -133,6 +142,7 @@ impl fmt::Display for ClusterError {
             ClusterError::RaftConfig(e) => write!(f, "invalid Raft timing: {e}"),
             ClusterError::RaftStart(e) => write!(f, "cannot start Raft: {e}"),
             ClusterError::BootstrapRefused(why) => write!(f, "bootstrap refused: {why}"),
+            ClusterError::DataDir(e) => e.fmt(f),
         }
     }
 }
@@ -144,6 +154,7 @@ impl std::error::Error for ClusterError {
             ClusterError::RaftConfig(e) => Some(e),
             ClusterError::RaftStart(e) => Some(e),
             ClusterError::BootstrapRefused(e) => Some(e),
+            ClusterError::DataDir(e) => Some(e),
             ClusterError::PeerCount(_) => None,
         }
     }
@@ -173,6 +184,8 @@ pub struct Node {
     serving: AtomicBool,
     /// Held while a learner replacement runs (one at a time).
     pub replacing: Arc<tokio::sync::Mutex<()>>,
+    /// Durable mode: where the identity (NodeId, domain) is kept.
+    data: Option<Arc<DataDir>>,
 }
 
 impl Node {
@@ -181,11 +194,19 @@ impl Node {
         *self.domain.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Joins domain `d` if this node has none; `true` if it now belongs to `d`.
+    /// Joins domain `d` if this node has none; `true` if it now belongs to
+    /// `d`. A durable node records it in its data dir first (`false` if
+    /// that fails).
     pub fn adopt_domain(&self, d: DomainId) -> bool {
         let mut g = self.domain.lock().unwrap_or_else(|p| p.into_inner());
         match *g {
             None => {
+                if let Some(dir) = &self.data {
+                    if let Err(e) = dir.save_domain(d.0) {
+                        error!(error = %e, "cannot record the fencing domain in the data dir");
+                        return false;
+                    }
+                }
                 *g = Some(d);
                 true
             }
@@ -199,7 +220,8 @@ impl Node {
     }
 }
 
-fn random_node_id() -> NodeId {
+/// A new NodeId: random, non-zero, below 2^63 (docs/deployment.md, "Identity and the rolling restart").
+pub(crate) fn random_node_id() -> NodeId {
     loop {
         let id = rand_core::RngCore::next_u64(&mut rand_core::OsRng);
         // Keep ids below 2^63 so they read the same in every JSON consumer.
@@ -387,7 +409,9 @@ pub struct Started {
 }
 
 /// Starts cluster mode: binds the peer port, starts Raft, the leadership
-/// publisher and bootstrap (with `--bootstrap`) or the join loop.
+/// publisher and bootstrap (with `--bootstrap`) or the join loop. A durable
+/// node (`--data-dir`) starts as the NodeId and domain its DIR holds, from
+/// its snapshot and log (docs/deployment.md, "Durability").
 pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
     if !peer_count_ok(cfg.peers.len()) {
         return Err(ClusterError::PeerCount(cfg.peers.len()));
@@ -395,48 +419,9 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
     let listener = TcpListener::bind(&cfg.peer_listen)
         .await
         .map_err(|source| ClusterError::Bind { addr: cfg.peer_listen.clone(), source })?;
-    let node = Arc::new(Node {
-        id: random_node_id(),
-        tokens: cfg.peer_tokens.clone(),
-        tls: cfg.peer_tls.clone(),
-        limits: cfg.limits.clone(),
-        client_addr: cfg.advertise.as_str().to_owned(),
-        admin_addr: cfg.admin.clone(),
-        peers: cfg.peers.clone(),
-        peer_listen: cfg.peer_listen.clone(),
-        domain: Mutex::new(None),
-        raft: OnceLock::new(),
-        serving: AtomicBool::new(false),
-        replacing: Arc::new(tokio::sync::Mutex::new(())),
-    });
-    let raft_config = openraft::Config {
-        cluster_name: "ticketing".into(),
-        heartbeat_interval: cfg.heartbeat_ms,
-        election_timeout_min: cfg.election_timeout_min_ms,
-        election_timeout_max: cfg.election_timeout_max_ms,
-        install_snapshot_timeout: 2000.max(cfg.election_timeout_max_ms),
-        // Snapshots are triggered by `snapshot_cadence` (scaled to the state).
-        snapshot_policy: openraft::SnapshotPolicy::Never,
-        // A follower a little behind is sent entries, not the whole state.
-        // Counted in entries, i.e. batches of up to 128 commands: 2 000
-        // keep ~2 000 commands at one client and at most 256 000 under load
-        // (openraft's default, 1 000, is 0.1 s of a W4 fill).
-        max_in_snapshot_log_to_keep: LOG_KEPT_AFTER_SNAPSHOT,
-        ..Default::default()
-    }
-    .validate()
-    .map_err(ClusterError::RaftConfig)?;
+    let node = new_node(&cfg);
     let pool = Arc::new(peer::Pool::new(node.clone()));
-    let sm = store::StateMachine::default();
-    let raft = Raft::new(
-        node.id,
-        Arc::new(raft_config),
-        peer::Network { pool: pool.clone() },
-        store::LogStore::default(),
-        sm.clone(),
-    )
-    .await
-    .map_err(ClusterError::RaftStart)?;
+    let (raft, sm) = start_raft(&cfg, &node, &pool).await?;
     let _ = node.raft.set(raft.clone());
     tokio::spawn(snapshot_cadence(raft.clone(), sm.clone()));
     info!(
@@ -444,6 +429,8 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
         peer_listen = %cfg.peer_listen,
         peers = ?cfg.peers,
         peer_tls = node.tls.get().is_some(),
+        durable = cfg.data.is_some(),
+        domain = ?node.domain().map(|d| d.to_string()),
         "cluster node started"
     );
     tokio::spawn(peer::serve(listener, node.clone()));
@@ -458,10 +445,94 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
         commit_seconds: cfg.commit_seconds.clone(),
     });
     tokio::spawn(publish_leadership(replicator.clone(), Duration::from_millis(cfg.election_timeout_max_ms)));
+    let failed = spawn_membership(&cfg, node, pool);
+    Ok(Started { replicator, failed })
+}
 
+/// This process's node state: a new NodeId in memory mode, the DIR's
+/// identity (NodeId and domain) in durable mode.
+fn new_node(cfg: &ClusterConfig) -> Arc<Node> {
+    let (id, domain) = match &cfg.data {
+        Some(dir) => {
+            let identity = dir.identity();
+            (NodeId(identity.node_id), identity.domain.map(DomainId))
+        }
+        None => (random_node_id(), None),
+    };
+    Arc::new(Node {
+        id,
+        tokens: cfg.peer_tokens.clone(),
+        tls: cfg.peer_tls.clone(),
+        limits: cfg.limits.clone(),
+        client_addr: cfg.advertise.as_str().to_owned(),
+        admin_addr: cfg.admin.clone(),
+        peers: cfg.peers.clone(),
+        peer_listen: cfg.peer_listen.clone(),
+        domain: Mutex::new(domain),
+        raft: OnceLock::new(),
+        serving: AtomicBool::new(false),
+        replacing: Arc::new(tokio::sync::Mutex::new(())),
+        data: cfg.data.clone(),
+    })
+}
+
+/// openraft's configuration from the timing settings (not yet validated).
+fn raft_config(cfg: &ClusterConfig) -> openraft::Config {
+    openraft::Config {
+        cluster_name: "ticketing".into(),
+        heartbeat_interval: cfg.heartbeat_ms,
+        election_timeout_min: cfg.election_timeout_min_ms,
+        election_timeout_max: cfg.election_timeout_max_ms,
+        install_snapshot_timeout: 2000.max(cfg.election_timeout_max_ms),
+        // Snapshots are triggered by `snapshot_cadence` (scaled to the state).
+        snapshot_policy: openraft::SnapshotPolicy::Never,
+        // A follower a little behind is sent entries, not the whole state.
+        // Counted in entries, i.e. batches of up to 128 commands: 2 000
+        // keep ~2 000 commands at one client and at most 256 000 under load
+        // (openraft's default, 1 000, is 0.1 s of a W4 fill).
+        max_in_snapshot_log_to_keep: LOG_KEPT_AFTER_SNAPSHOT,
+        ..Default::default()
+    }
+}
+
+/// Starts Raft on the in-memory log, or (durable mode) on the data dir's
+/// log with the state machine recovered from its snapshot.
+async fn start_raft(
+    cfg: &ClusterConfig,
+    node: &Arc<Node>,
+    pool: &Arc<peer::Pool>,
+) -> Result<(Raft, store::StateMachine), ClusterError> {
+    let config = Arc::new(raft_config(cfg).validate().map_err(ClusterError::RaftConfig)?);
+    let network = peer::Network { pool: pool.clone() };
+    let raft = match &cfg.data {
+        None => {
+            let sm = store::StateMachine::default();
+            let raft = Raft::new(node.id, config, network, store::LogStore::default(), sm.clone()).await;
+            (raft, sm)
+        }
+        Some(dir) => {
+            let journal = Journal::open(dir).map_err(ClusterError::DataDir)?;
+            let sm = store::StateMachine::recover(dir.clone()).map_err(ClusterError::DataDir)?;
+            let raft = Raft::new(node.id, config, network, disk::DiskLog::new(journal), sm.clone()).await;
+            (raft, sm)
+        }
+    };
+    match raft {
+        (Ok(raft), sm) => Ok((raft, sm)),
+        (Err(e), _) => Err(ClusterError::RaftStart(e)),
+    }
+}
+
+/// Bootstrap (with `--bootstrap`, on a node of no domain yet) or the join
+/// loop; the receiver resolves with a refused bootstrap.
+fn spawn_membership(cfg: &ClusterConfig, node: Arc<Node>, pool: Arc<peer::Pool>) -> oneshot::Receiver<ClusterError> {
     let (failed_tx, failed) = oneshot::channel();
-    if cfg.bootstrap {
-        let (node, pool) = (node.clone(), pool.clone());
+    if cfg.bootstrap && node.domain().is_some() {
+        // A durable node restarted with its first command line: its DIR
+        // holds the domain, so it rejoins it instead of creating one.
+        info!(domain = ?node.domain().map(|d| d.to_string()), "--bootstrap ignored: the data dir holds a domain");
+    }
+    if cfg.bootstrap && node.domain().is_none() {
         tokio::spawn(async move {
             if let Err(why) = membership::bootstrap(node, pool).await {
                 error!(error = %why, "bootstrap refused");
@@ -472,7 +543,7 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
         drop(failed_tx);
         tokio::spawn(membership::join_loop(node, pool));
     }
-    Ok(Started { replicator, failed })
+    failed
 }
 
 /// Entries kept in the log after a snapshot (see the openraft config).

@@ -1,9 +1,10 @@
-//! In-memory Raft storage (state is volatile, docs/deployment.md "Identity
-//! and the rolling restart"): the log store and
+//! Raft storage: the in-memory log (memory mode, docs/deployment.md "Identity
+//! and the rolling restart"; durable mode's log is `disk`), and
 //! the state machine that applies committed [`Command`]s to the one
 //! [`LockState`], plus in-memory snapshots of it.
 
 use super::types::{NodeId, NodeInfo, TypeConfig};
+use crate::durable::{DataDir, DataDirError};
 use crate::locks::LockState;
 use openraft::storage::{LogFlushed, RaftLogStorage, RaftStateMachine, Snapshot};
 use openraft::{
@@ -145,14 +146,50 @@ struct StoredSnapshot {
 }
 
 /// The state machine: applies committed commands with [`LockState::apply`].
+/// In durable mode every snapshot it builds or installs is also written to
+/// the data dir (atomically) before it is used, and [`StateMachine::recover`]
+/// starts from it; openraft then re-applies the committed log after it.
 #[derive(Debug, Clone, Default)]
 pub struct StateMachine {
     inner: Arc<Mutex<SmInner>>,
     snapshot: Arc<Mutex<Option<StoredSnapshot>>>,
     snapshot_seq: Arc<std::sync::atomic::AtomicU64>,
+    dir: Option<Arc<DataDir>>,
+}
+
+/// Writes a snapshot to the data dir off the async threads.
+async fn persist(dir: &Arc<DataDir>, meta: &SnapshotMeta<NodeId, NodeInfo>, data: &[u8]) -> StorageResult<()> {
+    let sig = meta.signature();
+    let json = serde_json::to_value(meta).map_err(|e| StorageIOError::write_snapshot(Some(sig.clone()), &e))?;
+    let (dir, data) = (dir.clone(), data.to_vec());
+    let saved = tokio::task::spawn_blocking(move || dir.save_snapshot(&json, &data)).await;
+    match saved {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(StorageIOError::write_snapshot(Some(sig), &e).into()),
+        Err(e) => Err(StorageIOError::write_snapshot(Some(sig), &e).into()),
+    }
 }
 
 impl StateMachine {
+    /// The state machine of a durable node: the data dir's snapshot, if any
+    /// (a damaged one is refused with its path and the reason).
+    pub fn recover(dir: Arc<DataDir>) -> Result<StateMachine, DataDirError> {
+        let sm = StateMachine { dir: Some(dir.clone()), ..StateMachine::default() };
+        let Some((meta, data)) = dir.load_snapshot()? else { return Ok(sm) };
+        let corrupt = |why: String| DataDirError::Corrupt { path: dir.path().join("snapshot"), why };
+        let meta: SnapshotMeta<NodeId, NodeInfo> =
+            serde_json::from_value(meta).map_err(|e| corrupt(format!("snapshot meta: {e}")))?;
+        let locks = LockState::from_snapshot(&data).map_err(|e| corrupt(e.to_string()))?;
+        {
+            let mut inner = lock(&sm.inner);
+            inner.last_applied = meta.last_log_id;
+            inner.membership = meta.last_membership.clone();
+            inner.locks = locks;
+        }
+        *lock(&sm.snapshot) = Some(StoredSnapshot { meta, data });
+        Ok(sm)
+    }
+
     /// A copy of the applied lock state.
     pub fn locks(&self) -> LockState {
         lock(&self.inner).locks.clone()
@@ -186,6 +223,9 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
             None => format!("--{seq}"),
         };
         let meta = SnapshotMeta { last_log_id: last, last_membership: membership, snapshot_id };
+        if let Some(dir) = &self.dir {
+            persist(dir, &meta, &data).await?;
+        }
         *lock(&self.snapshot) = Some(StoredSnapshot { meta: meta.clone(), data: data.clone() });
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
     }
@@ -246,6 +286,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             tracing::error!(error = %e, snapshot = %meta.snapshot_id, "snapshot refused");
             StorageIOError::read_snapshot(Some(meta.signature()), &e)
         })?;
+        if let Some(dir) = &self.dir {
+            persist(dir, meta, &data).await?;
+        }
         {
             let mut inner = lock(&self.inner);
             inner.last_applied = meta.last_log_id;

@@ -20,6 +20,12 @@ impl fmt::Display for NodeId {
     }
 }
 
+impl From<u64> for NodeId {
+    fn from(id: u64) -> NodeId {
+        NodeId(id)
+    }
+}
+
 impl std::str::FromStr for NodeId {
     type Err = std::num::ParseIntError;
     fn from_str(s: &str) -> Result<NodeId, Self::Err> {

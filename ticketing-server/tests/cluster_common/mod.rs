@@ -366,3 +366,45 @@ pub fn peer_closed(r: &mut BufReader<TcpStream>) -> bool {
         }
     }
 }
+
+/// A peer token file shared by a test cluster's nodes: `--peer-token-file` and its path.
+pub fn peer_token_args(name: &str) -> Vec<String> {
+    let path = log_dir().join(format!("{name}-peer-token"));
+    std::fs::write(&path, "test-peer-token-for-durable-clusters\n").unwrap();
+    vec!["--peer-token-file".into(), path.display().to_string()]
+}
+
+/// A fresh `--data-dir` path for node `i` of cluster `name`.
+pub fn node_data_dir(name: &str, i: usize) -> PathBuf {
+    let d = log_dir().join(format!("{name}-data{i}"));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// `/status` of node `i`: (node_id, domain), once it answers.
+pub fn identity(c: &Cluster, i: usize, limit: Duration) -> Option<(u64, String)> {
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        if let Some(s) = status(c.nodes[i].admin) {
+            if let (Some(id), Some(d)) = (s["node_id"].as_u64(), s["domain"].as_str()) {
+                return Some((id, d.to_owned()));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// `Q 1 key owner` on a fresh connection: the answer line.
+pub fn query_once(port: u16, key: &str, owner: &str) -> String {
+    match hello(port) {
+        Ok(mut c) if c.ok.starts_with("OK ") => {
+            if c.send(&format!("Q 1 {key} {owner}")).is_err() {
+                return String::new();
+            }
+            c.answer(Duration::from_secs(5)).unwrap_or_default()
+        }
+        Ok(c) => c.ok,
+        Err(_) => String::new(),
+    }
+}

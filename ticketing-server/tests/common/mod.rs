@@ -253,6 +253,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
         }
     }
 
+    /// The next line within `d`; `None` on timeout, EOF or a read error (the server may die).
+    pub async fn try_line_within(&mut self, d: Duration) -> Option<String> {
+        let deadline = tokio::time::Instant::now() + d;
+        loop {
+            if let Some(n) = self.buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=n).collect();
+                return String::from_utf8(line[..n].to_vec()).ok();
+            }
+            let mut chunk = [0u8; 4096];
+            match tokio::time::timeout_at(deadline, self.stream.read(&mut chunk)).await {
+                Ok(Ok(n)) if n > 0 => self.buf.extend_from_slice(&chunk[..n]),
+                _ => return None,
+            }
+        }
+    }
+
     /// The next line; panics after [`LINE_TIMEOUT`].
     pub async fn line(&mut self) -> String {
         match self.line_within(LINE_TIMEOUT).await {
@@ -330,4 +346,66 @@ pub fn parse_grant(line: &str, id: u64, key: &str, owner: &str) -> (u64, u32) {
     let token: u64 = token.parse().unwrap();
     assert!((1..(1 << 63)).contains(&token), "token range {token}");
     (token, waited.parse().unwrap())
+}
+
+/// A fresh, absent directory path for a test's `--data-dir`, unique per call.
+pub fn temp_data_dir(name: &str) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir()
+        .join(format!("ticketing-server-tests-{}", std::process::id()))
+        .join(format!("{name}-{}", N.fetch_add(1, Ordering::Relaxed)));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// Every file under `dir` with its bytes (to show a refused DIR was left unchanged).
+pub fn dir_bytes(dir: &std::path::Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut todo = vec![dir.to_owned()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p.clone());
+                out.insert(p, Vec::new());
+            } else {
+                out.insert(p.clone(), std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// The newest chunk file of a data dir's log (`DIR/log/r-*.wal`).
+pub fn last_log_chunk(dir: &std::path::Path) -> PathBuf {
+    let mut chunks: Vec<PathBuf> = std::fs::read_dir(dir.join("log"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "wal"))
+        .collect();
+    chunks.sort();
+    chunks.pop().expect("a log chunk")
+}
+
+impl Server {
+    /// `kill -9`, and waits until the process is gone.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Client<TcpStream> {
+    /// `Q` for (key, owner): `Some((token, remaining_ms))` when the owner holds the key (`H`), `None` on `N`.
+    pub async fn query(&mut self, id: u64, key: &str, owner: &str) -> Option<(u64, u64)> {
+        self.send(format!("Q {id} {key} {owner}\n").as_bytes()).await;
+        let line = self.line().await;
+        if line == format!("N {id} {key}") {
+            return None;
+        }
+        let prefix = format!("H {id} {key} {owner} ");
+        let rest = line.strip_prefix(&prefix).unwrap_or_else(|| panic!("expected H or N, got {line:?}"));
+        let (token, remaining) = rest.split_once(' ').unwrap_or_else(|| panic!("bad H {line:?}"));
+        Some((token.parse().unwrap(), remaining.parse().unwrap()))
+    }
 }

