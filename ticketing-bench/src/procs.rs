@@ -11,6 +11,10 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
+/// The peer token of the benchmark's clusters (`TICKETING_PEER_TOKEN`): a
+/// cluster node refuses to start without peer authentication.
+const PEER_TOKEN: &str = "ticketing-bench-peer-token";
+
 /// Free ports and admin HTTP reads are the fault suite's (one home for both).
 pub use ticketing_verify::cluster::{free_port, http_get};
 
@@ -68,7 +72,7 @@ impl Servers {
                 .args(extra)
                 .env("RUST_LOG", "warn")
                 .env_remove("TICKETING_CLIENT_TOKENS")
-                .env_remove("TICKETING_PEER_TOKEN")
+                .env("TICKETING_PEER_TOKEN", PEER_TOKEN)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(log);

@@ -121,6 +121,11 @@ pub struct Cli {
     /// File with the peer token (or env TICKETING_PEER_TOKEN); during a rotation two lines: the first is sent, both are accepted.
     #[arg(long, env = "TICKETING_PEER_TOKEN_FILE", value_name = "FILE")]
     pub peer_token_file: Option<PathBuf>,
+    /// Run a cluster node with NO peer authentication (no peer token, no peer TLS): anyone who reaches the peer
+    /// port can join the cluster and forge grants. For throw-away tests only; warned about at every start.
+    #[arg(long, env = "TICKETING_INSECURE_UNAUTHENTICATED_PEERS", action = ArgAction::SetTrue)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub insecure_unauthenticated_peers: bool,
     /// PEM certificate chain: TLS on the client port (with --tls-key).
     #[arg(long, env = "TICKETING_TLS_CERT", value_name = "FILE")]
     pub tls_cert: Option<PathBuf>,
@@ -284,10 +289,14 @@ pub struct Config {
     /// The `--client-tokens-file` the tokens were read from, if any.
     pub client_tokens_file: Option<PathBuf>,
     /// The peer tokens (cluster mode): the first is sent when dialing, any
-    /// is accepted; empty = the empty token. `Debug` prints them redacted.
+    /// is accepted; empty = no token (then peer mutual TLS, or
+    /// `insecure_unauthenticated_peers`, is required). `Debug` prints them redacted.
     pub peer_tokens: Vec<Secret>,
     /// The `--peer-token-file` the peer tokens were read from, if any.
     pub peer_token_file: Option<PathBuf>,
+    /// `--insecure-unauthenticated-peers`: a cluster node may run with
+    /// neither a peer token nor peer TLS (throw-away tests only).
+    pub insecure_unauthenticated_peers: bool,
     /// TLS certificate chain for the client port.
     pub tls_cert: Option<PathBuf>,
     /// TLS private key for the client port.
@@ -331,6 +340,7 @@ impl Default for Config {
             client_tokens_file: None,
             peer_tokens: Vec::new(),
             peer_token_file: None,
+            insecure_unauthenticated_peers: false,
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
@@ -348,6 +358,12 @@ impl Default for Config {
         }
     }
 }
+
+/// Why a cluster node without peer authentication does not start
+/// (docs/security.md, "Peer authentication").
+pub const PEER_AUTH_MISSING: &str = "cluster mode needs peer authentication (else anyone who reaches the peer port \
+     joins the cluster): give a peer token (--peer-token-file FILE, or the environment variable \
+     TICKETING_PEER_TOKEN) and/or mutual TLS between peers (--peer-tls-cert, --peer-tls-key, --peer-tls-ca)";
 
 /// A listen address must be `host:port` that resolves (`--listen nonsense`
 /// is a configuration error, exit 2; a port in use is a run-time error).
@@ -590,6 +606,10 @@ impl Config {
         if !peers.is_empty() && peer_listen.is_none() {
             return Err(invalid("--peer-listen", "cluster mode (--peers) needs --peer-listen"));
         }
+        let insecure_unauthenticated_peers = cli.insecure_unauthenticated_peers;
+        if !peers.is_empty() && peer_tokens.is_empty() && peer_tls_cert.is_none() && !insecure_unauthenticated_peers {
+            return Err(invalid("--peer-token-file", PEER_AUTH_MISSING));
+        }
         let admin_listen = cli.admin_listen;
         check_address("--listen", &listen)?;
         for (setting, addr) in [("--peer-listen", &peer_listen), ("--admin-listen", &admin_listen)] {
@@ -608,6 +628,7 @@ impl Config {
             client_tokens_file,
             peer_tokens,
             peer_token_file,
+            insecure_unauthenticated_peers,
             tls_cert,
             tls_key,
             tls_client_ca,
@@ -649,6 +670,30 @@ mod tests {
         p
     }
 
+    /// The opt-out, for the tests of other rules of cluster mode.
+    const INSECURE: &str = "--insecure-unauthenticated-peers";
+
+    #[test]
+    fn a_cluster_node_needs_peer_authentication() {
+        let base = ["--peer-listen", "127.0.0.1:1", "--peers", "a:1,b:1,c:1"];
+        let e = Config::resolve(cli(&base)).unwrap_err();
+        assert_eq!(e.to_string(), format!("--peer-token-file: {PEER_AUTH_MISSING}"));
+        assert!(!e.to_string().contains('\n'), "one line");
+        for fix in ["--peer-token-file", "TICKETING_PEER_TOKEN", "--peer-tls-cert"] {
+            assert!(e.to_string().contains(fix), "the line names {fix}: {e}");
+        }
+        let token = tmp("peer-auth-token", "s3cret\n");
+        let with_token = [&base[..], &["--peer-token-file", token.to_str().unwrap()]].concat();
+        assert!(Config::resolve(cli(&with_token)).is_ok());
+        let (cert, key, ca) = (tmp("c.pem", ""), tmp("k.pem", ""), tmp("ca.pem", ""));
+        let tls = ["--peer-tls-cert", cert.to_str().unwrap(), "--peer-tls-key", key.to_str().unwrap()];
+        let with_tls = [&base[..], &tls, &["--peer-tls-ca", ca.to_str().unwrap()]].concat();
+        assert!(Config::resolve(cli(&with_tls)).is_ok(), "mutual TLS alone authenticates the peers");
+        let c = Config::resolve(cli(&[&base[..], &[INSECURE]].concat())).unwrap();
+        assert!(c.insecure_unauthenticated_peers && c.peer_tokens.is_empty());
+        assert!(Config::resolve(cli(&[])).is_ok(), "standalone needs no peer authentication");
+    }
+
     #[test]
     fn defaults() {
         let c = Config::resolve(cli(&[])).unwrap();
@@ -662,10 +707,12 @@ mod tests {
     #[test]
     fn peer_count_rule() {
         for (list, ok) in [("a:1", false), ("a:1,b:1", false), ("a:1,b:1,c:1", true), ("a:1,b:1,c:1,d:1", false)] {
-            let r = Config::resolve(cli(&["--peer-listen", "127.0.0.1:1", "--peers", list]));
+            let r = Config::resolve(cli(&["--peer-listen", "127.0.0.1:1", "--peers", list, INSECURE]));
             assert_eq!(r.is_ok(), ok, "{list}");
         }
-        assert!(Config::resolve(cli(&["--peer-listen", "127.0.0.1:1", "--peers", "a:1,b:1,c:1,d:1,e:1"])).is_ok());
+        assert!(
+            Config::resolve(cli(&["--peer-listen", "127.0.0.1:1", "--peers", "a:1,b:1,c:1,d:1,e:1", INSECURE])).is_ok()
+        );
         assert!(Config::resolve(cli(&["--peers", "a:1,b:1,c:1"])).is_err(), "cluster mode needs --peer-listen");
         assert!(Config::resolve(cli(&["--peers", "a:1,b:1,c:1,d:1,e:1,f:1"])).is_err());
         assert!(Config::resolve(cli(&["--peers", "a:1,a:1,c:1"])).is_err());
@@ -678,7 +725,7 @@ mod tests {
             "max-waiters-per-key = 7\nmax_waiters = 9\nhandshake-timeout = 0.25\nlisten = \"127.0.0.1:1\"\n\
              peers = \"a:1,b:1,c:1\"\npeer-listen = \"127.0.0.1:7\"\n",
         );
-        let c = Config::resolve(cli(&["--config", p.to_str().unwrap(), "--max-waiters", "3"])).unwrap();
+        let c = Config::resolve(cli(&["--config", p.to_str().unwrap(), "--max-waiters", "3", INSECURE])).unwrap();
         assert_eq!(c.limits.max_waiters_per_key, 7);
         assert_eq!(c.limits.max_waiters, 3);
         assert_eq!(c.handshake_timeout, Duration::from_millis(250));
@@ -693,10 +740,11 @@ mod tests {
     fn file_lists_bootstrap_and_types() {
         let p =
             tmp("list.toml", "peers = [\"a:1\", \"b:1\", \"c:1\"]\nbootstrap = true\npeer_listen = \"127.0.0.1:7\"\n");
-        let c = Config::resolve(cli(&["--config", p.to_str().unwrap()])).unwrap();
+        let c = Config::resolve(cli(&["--config", p.to_str().unwrap(), INSECURE])).unwrap();
         assert_eq!(c.peers, ["a:1", "b:1", "c:1"]);
         assert!(c.bootstrap, "bootstrap from the file");
-        let c = Config::resolve(cli(&["--config", p.to_str().unwrap(), "--peers", "x:1,y:1,z:1,v:1,w:1"])).unwrap();
+        let five = ["--config", p.to_str().unwrap(), "--peers", "x:1,y:1,z:1,v:1,w:1", INSECURE];
+        let c = Config::resolve(cli(&five)).unwrap();
         assert_eq!(c.peers.len(), 5, "the flag beats the file");
         let bad = tmp("type.toml", "max_waiters = \"many\"\n");
         let e = Config::resolve(cli(&["--config", bad.to_str().unwrap()])).unwrap_err();

@@ -25,7 +25,7 @@ fn node(extra: &[&str]) -> (common::Server, u16, u16) {
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let s = common::Server::with(&[], &args);
+    let s = common::Server::with(&[("TICKETING_PEER_TOKEN", cluster_common::PEER_TOKEN)], &args);
     (s, ports[0], admin)
 }
 

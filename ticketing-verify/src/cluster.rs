@@ -20,6 +20,10 @@ use tokio::time::Instant;
 
 use crate::proxy::Net;
 
+/// The peer token of the suite's clusters (`TICKETING_PEER_TOKEN`): a
+/// cluster node refuses to start without peer authentication.
+pub const PEER_TOKEN: &str = "ticketing-verify-peer-token";
+
 /// A free loopback port below the kernel's ephemeral range (so no outgoing
 /// connection takes it between this check and the server's bind).
 pub fn free_port() -> anyhow::Result<u16> {
@@ -99,7 +103,7 @@ impl Cluster {
             .arg(format!("127.0.0.1:{}", node.admin))
             .env("RUST_LOG", "info")
             .env_remove("TICKETING_CLIENT_TOKENS")
-            .env_remove("TICKETING_PEER_TOKEN")
+            .env("TICKETING_PEER_TOKEN", PEER_TOKEN)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);

@@ -32,10 +32,11 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use ticketing_proto::auth::Secret;
 use ticketing_proto::Addr;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 use types::{DomainId, NodeId, NodeInfo, Raft};
 
 /// THE peer-count rule (docs/deployment.md, "A 3-node cluster"): a cluster
@@ -53,9 +54,13 @@ pub struct ClusterConfig {
     pub peers: Vec<String>,
     /// Create a new fencing domain.
     pub bootstrap: bool,
-    /// The peer tokens (the first is sent, any is accepted; none = the empty
-    /// token), replaced on reload.
+    /// The peer tokens (the first is sent, any is accepted), replaced on
+    /// reload. None: the peers authenticate by mutual TLS alone, or (with
+    /// `unauthenticated_peers`) not at all.
     pub peer_tokens: Arc<PeerTokens>,
+    /// `--insecure-unauthenticated-peers`: may run with neither a peer token
+    /// nor peer TLS (warned about at every start).
+    pub unauthenticated_peers: bool,
     /// Mutual TLS between peers (`None`: plain TCP), replaced on reload.
     pub peer_tls: Arc<Current<Option<PeerTls>>>,
     /// This node's client address, announced in `M`/`L`.
@@ -85,6 +90,7 @@ impl ClusterConfig {
             bootstrap: cfg.bootstrap,
             peer_tokens: material.peer_tokens.clone(),
             peer_tls: material.peer_tls.clone(),
+            unauthenticated_peers: cfg.insecure_unauthenticated_peers,
             advertise,
             admin: cfg.admin_listen.clone(),
             heartbeat_ms: cfg.heartbeat_ms,
@@ -119,6 +125,8 @@ pub enum ClusterError {
     RaftStart(openraft::error::Fatal<NodeId>),
     /// `--bootstrap` refused to create a domain (nothing was changed).
     BootstrapRefused(String),
+    /// Neither a peer token nor peer mutual TLS, without the explicit opt-out.
+    PeerAuthMissing,
 }
 
 impl fmt::Display for ClusterError {
@@ -129,6 +137,7 @@ impl fmt::Display for ClusterError {
             ClusterError::RaftConfig(e) => write!(f, "invalid Raft timing: {e}"),
             ClusterError::RaftStart(e) => write!(f, "cannot start Raft: {e}"),
             ClusterError::BootstrapRefused(why) => write!(f, "bootstrap refused: {why}"),
+            ClusterError::PeerAuthMissing => f.write_str(crate::config::PEER_AUTH_MISSING),
         }
     }
 }
@@ -139,7 +148,7 @@ impl std::error::Error for ClusterError {
             ClusterError::Bind { source, .. } => Some(source),
             ClusterError::RaftConfig(e) => Some(e),
             ClusterError::RaftStart(e) => Some(e),
-            ClusterError::PeerCount(_) | ClusterError::BootstrapRefused(_) => None,
+            ClusterError::PeerCount(_) | ClusterError::BootstrapRefused(_) | ClusterError::PeerAuthMissing => None,
         }
     }
 }
@@ -152,6 +161,8 @@ pub struct Node {
     pub tokens: Arc<PeerTokens>,
     /// Mutual TLS between peers, or `None` for plain TCP (replaced on reload).
     pub tls: Arc<Current<Option<PeerTls>>>,
+    /// `--insecure-unauthenticated-peers`.
+    pub unauthenticated_peers: bool,
     /// The peer port's abuse limits.
     pub limits: peer::PeerLimits,
     /// This node's client address.
@@ -186,6 +197,15 @@ impl Node {
             }
             Some(mine) => mine == d,
         }
+    }
+
+    /// Whether the peer handshake checks a peer token: `false` when the
+    /// node has none and the peers authenticate by mutual TLS alone, or
+    /// deliberately not at all (`--insecure-unauthenticated-peers`). A node
+    /// with neither does not start; if one ever ran, its handshake would
+    /// check against no token at all and accept no peer.
+    pub fn checks_tokens(&self, tokens: &[Secret]) -> bool {
+        !tokens.is_empty() || !(self.tls.get().is_some() || self.unauthenticated_peers)
     }
 
     /// This node is the leader with a live quorum and serves clients.
@@ -372,6 +392,16 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
     if !peer_count_ok(cfg.peers.len()) {
         return Err(ClusterError::PeerCount(cfg.peers.len()));
     }
+    let tls_on = cfg.peer_tls.get().is_some();
+    if cfg.peer_tokens.get().is_empty() && !tls_on {
+        if !cfg.unauthenticated_peers {
+            return Err(ClusterError::PeerAuthMissing);
+        }
+        warn!(
+            "--insecure-unauthenticated-peers: the peer port authenticates NOBODY (no peer token, no peer TLS); \
+             anyone who reaches it can join the cluster and forge grants. Throw-away tests only"
+        );
+    }
     let listener = TcpListener::bind(&cfg.peer_listen)
         .await
         .map_err(|source| ClusterError::Bind { addr: cfg.peer_listen.clone(), source })?;
@@ -379,6 +409,7 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
         id: random_node_id(),
         tokens: cfg.peer_tokens.clone(),
         tls: cfg.peer_tls.clone(),
+        unauthenticated_peers: cfg.unauthenticated_peers,
         limits: cfg.limits.clone(),
         client_addr: cfg.advertise.as_str().to_owned(),
         admin_addr: cfg.admin.clone(),

@@ -143,7 +143,8 @@ async fn serve_conn(stream: TcpStream, from: SocketAddr, node: Arc<Node>) -> Res
     let mut r = BufReader::new(r);
     let limits = &node.limits;
     let tokens = node.tokens.get();
-    let handshake = wire::accept_handshake(&mut r, &mut w, &tokens, node.id, node.domain(), limits.handshake_timeout);
+    let checked = node.checks_tokens(&tokens).then_some(&tokens[..]);
+    let handshake = wire::accept_handshake(&mut r, &mut w, checked, node.id, node.domain(), limits.handshake_timeout);
     let shaken = match tokio::time::timeout(limits.handshake_timeout, handshake).await {
         Ok(shaken) => shaken,
         // The whole handshake (greeting write included) ran out of time first.
@@ -445,9 +446,15 @@ impl Pool {
         };
         let (r, mut w) = tokio::io::split(stream);
         let mut r = BufReader::new(r);
-        let token = self.node.tokens.get().first().cloned().unwrap_or_default();
+        let tokens = self.node.tokens.get();
+        if self.node.checks_tokens(&tokens) && tokens.is_empty() {
+            return Err(WireError::Refused("no peer token and no peer TLS: this node dials no peer".into()));
+        }
+        let token = tokens.first().cloned();
+        drop(tokens);
+        let proof = token.as_ref().map(|t| t.expose());
         let (peer_id, _domain) =
-            wire::dial_handshake(&mut r, &mut w, token.expose(), self.node.domain()).await.map_err(|e| match e {
+            wire::dial_handshake(&mut r, &mut w, proof, self.node.domain()).await.map_err(|e| match e {
                 // With TLS 1.3 the acceptor checks our certificate after our side of the TLS handshake is done.
                 WireError::Io(_) | WireError::Disconnected if tls.is_some() => WireError::Tls(format!(
                     "the peer closed the connection before its greeting ({e}): \

@@ -408,13 +408,16 @@ fn domain_text(d: Option<DomainId>) -> String {
     d.map(|d| d.to_string()).unwrap_or_else(|| "-".to_owned())
 }
 
-/// Accepting side: greeting, AUTH check with the peer tokens (any of them;
-/// none = the empty token), `OK <domain|-> <node_id> <smac>` with the
-/// matching one.
+/// Accepting side: greeting, AUTH check with the peer tokens (any of them),
+/// `OK <domain|-> <node_id> <smac>` with the matching one. `tokens: None`:
+/// no token is checked (the peers authenticate by mutual TLS alone, or
+/// deliberately not at all): any well-formed AUTH is accepted and the proof
+/// is all zeros, which a dialer with a token refuses. `Some(&[])` accepts
+/// no peer.
 pub async fn accept_handshake<R, W>(
     r: &mut R,
     w: &mut W,
-    tokens: &[Secret],
+    tokens: Option<&[Secret]>,
     own_id: NodeId,
     domain: Option<DomainId>,
     limit: Duration,
@@ -458,15 +461,19 @@ where
         let shown: String = line.iter().take(80).flat_map(|b| std::ascii::escape_default(*b)).map(char::from).collect();
         return Err(WireError::Protocol(format!("expected AUTH, got \"{shown}\"")));
     };
-    let empty = [Secret::default()];
-    let tokens = if tokens.is_empty() { &empty[..] } else { tokens };
-    let Some(token) = tokens.iter().find(|t| auth::verify(t.expose(), Label::PeerClient, &snonce, &cnonce, &cmac))
-    else {
-        let _ = w.write_all(b"E auth_failed\n").await;
-        let _ = w.flush().await;
-        return Err(WireError::Refused("auth_failed".into()));
+    let smac = match tokens {
+        None => Hex32([0; 32]),
+        Some(tokens) => {
+            let Some(token) =
+                tokens.iter().find(|t| auth::verify(t.expose(), Label::PeerClient, &snonce, &cnonce, &cmac))
+            else {
+                let _ = w.write_all(b"E auth_failed\n").await;
+                let _ = w.flush().await;
+                return Err(WireError::Refused("auth_failed".into()));
+            };
+            auth::mac(token.expose(), Label::PeerServer, &snonce, &cnonce)
+        }
     };
-    let smac = auth::mac(token.expose(), Label::PeerServer, &snonce, &cnonce);
     w.write_all(format!("OK {} {own_id} {}\n", domain_text(domain), smac.to_hex_string()).as_bytes()).await?;
     w.flush().await?;
     Ok(())
@@ -474,11 +481,13 @@ where
 
 /// Dialing side: answers the greeting, verifies the acceptor's proof, and
 /// refuses an acceptor of another domain (`E wrong_domain`). Returns the
-/// acceptor's NodeId and domain.
+/// acceptor's NodeId and domain. `token: None`: no token (mutual TLS alone,
+/// or deliberately unauthenticated): the MAC sent is all zeros and the
+/// acceptor's proof is not checked.
 pub async fn dial_handshake<R, W>(
     r: &mut R,
     w: &mut W,
-    token: &[u8],
+    token: Option<&[u8]>,
     own_domain: Option<DomainId>,
 ) -> Result<(NodeId, Option<DomainId>), WireError>
 where
@@ -504,7 +513,7 @@ where
     }
     .ok_or_else(|| WireError::Protocol(format!("bad peer greeting {greeting:?}")))?;
     let cnonce = auth::nonce(&mut rand_core::OsRng);
-    let cmac = auth::mac(token, Label::PeerClient, &snonce, &cnonce);
+    let cmac = token.map_or(Hex32([0; 32]), |t| auth::mac(t, Label::PeerClient, &snonce, &cnonce));
     w.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), cmac.to_hex_string()).as_bytes()).await?;
     w.flush().await?;
     let answer = read_fields(r).await?;
@@ -517,7 +526,7 @@ where
             };
             let id: NodeId = id.parse().map_err(|_| WireError::Protocol(format!("bad node id {id:?}")))?;
             let smac = Hex32::parse(smac.as_bytes()).map_err(|_| WireError::Protocol("bad smac".into()))?;
-            if !auth::verify(token, Label::PeerServer, &snonce, &cnonce, &smac) {
+            if token.is_some_and(|t| !auth::verify(t, Label::PeerServer, &snonce, &cnonce, &smac)) {
                 return Err(WireError::Refused("auth_failed (the peer's proof does not match)".into()));
             }
             if let (Some(mine), Some(theirs)) = (own_domain, domain) {

@@ -11,6 +11,10 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_ticketing-server");
 
+/// The peer token every test cluster runs with (`TICKETING_PEER_TOKEN`; a
+/// node's own `--peer-token-file` in its `args` takes precedence).
+pub const PEER_TOKEN: &str = "cluster-tests-peer-token";
+
 /// A free loopback port below the kernel's ephemeral range (32768+), so an
 /// outgoing connection of a running node cannot take it between this check
 /// and the node's bind. Distinct within a test binary; spread by process id
@@ -43,6 +47,10 @@ pub struct Node {
     pub starts: u32,
     /// Extra flags for this node's next starts (TLS files, token files).
     pub args: Vec<String>,
+    /// Extra environment for this node's next starts (e.g. `RUST_LOG`).
+    pub env: Vec<(String, String)>,
+    /// Start without `--peers` (a standalone server with this slot's ports).
+    pub standalone: bool,
 }
 
 impl Node {
@@ -68,6 +76,8 @@ impl Cluster {
                 child: None,
                 starts: 0,
                 args: Vec::new(),
+                env: Vec::new(),
+                standalone: false,
             })
             .collect();
         Cluster { nodes, name: name.to_owned() }
@@ -87,16 +97,15 @@ impl Cluster {
         cmd.arg("--listen")
             .arg(format!("127.0.0.1:{}", node.client))
             .arg("--advertise")
-            .arg(format!("127.0.0.1:{}", node.client))
-            .arg("--peer-listen")
-            .arg(format!("127.0.0.1:{}", node.peer))
-            .arg("--peers")
-            .arg(&peers)
-            .arg("--admin-listen")
+            .arg(format!("127.0.0.1:{}", node.client));
+        if !node.standalone {
+            cmd.arg("--peer-listen").arg(format!("127.0.0.1:{}", node.peer)).arg("--peers").arg(&peers);
+        }
+        cmd.arg("--admin-listen")
             .arg(format!("127.0.0.1:{}", node.admin))
             .env("RUST_LOG", "info")
             .env_remove("TICKETING_CLIENT_TOKENS")
-            .env_remove("TICKETING_PEER_TOKEN")
+            .env("TICKETING_PEER_TOKEN", PEER_TOKEN)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).unwrap());
@@ -104,6 +113,7 @@ impl Cluster {
             cmd.arg("--bootstrap");
         }
         cmd.args(&node.args);
+        cmd.envs(node.env.iter().map(|(k, v)| (k, v)));
         node.child = Some(cmd.spawn().expect("spawn ticketing-server"));
     }
 
@@ -340,11 +350,12 @@ pub fn peer_connect(port: u16) -> (TcpStream, BufReader<TcpStream>, ticketing_pr
     (s, r, ticketing_proto::Hex32::parse(snonce.as_bytes()).unwrap())
 }
 
-/// Connects and completes the handshake with the (empty) peer token.
+/// Connects and completes the handshake with the peer token [`PEER_TOKEN`].
 pub fn peer_authed(port: u16) -> (TcpStream, BufReader<TcpStream>) {
     let (mut s, mut r, snonce) = peer_connect(port);
     let cnonce = ticketing_proto::auth::nonce(&mut rand_core::OsRng);
-    let good = ticketing_proto::auth::mac(b"", ticketing_proto::auth::Label::PeerClient, &snonce, &cnonce);
+    let good =
+        ticketing_proto::auth::mac(PEER_TOKEN.as_bytes(), ticketing_proto::auth::Label::PeerClient, &snonce, &cnonce);
     s.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), good.to_hex_string()).as_bytes()).unwrap();
     let mut line = String::new();
     r.read_line(&mut line).unwrap();
