@@ -154,12 +154,12 @@ pub enum ManagerRequest {
     },
 }
 
-/// What `/locks/<key>` shows of an owner: its first 8 characters, and never
-/// more than half of it — owner and token together could release the lock,
-/// so the full owner never leaves the leader (docs/deployment.md, "Admin HTTP").
+/// What `/locks/<key>` shows of an owner: [`Owner::prefix`], its first 8
+/// characters and never more than half of it — owner and token together
+/// could release the lock, so the full owner never leaves the leader
+/// (docs/deployment.md, "Admin HTTP").
 pub fn owner_prefix(owner: &Owner) -> String {
-    let s = owner.as_str();
-    s[..(s.len() / 2).min(8)].to_owned()
+    owner.prefix().to_owned()
 }
 
 /// The current holder of a key, as the leader projects it.
