@@ -163,6 +163,8 @@ pub struct Node {
     pub tls: Arc<Current<Option<PeerTls>>>,
     /// `--insecure-unauthenticated-peers`.
     pub unauthenticated_peers: bool,
+    /// The quorum-ack limit (`election_timeout_max`; see [`late::gate_limit`]).
+    pub quorum_limit: Duration,
     /// The peer port's abuse limits.
     pub limits: peer::PeerLimits,
     /// This node's client address.
@@ -410,6 +412,7 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
         tokens: cfg.peer_tokens.clone(),
         tls: cfg.peer_tls.clone(),
         unauthenticated_peers: cfg.unauthenticated_peers,
+        quorum_limit: Duration::from_millis(cfg.election_timeout_max_ms),
         limits: cfg.limits.clone(),
         client_addr: cfg.advertise.as_str().to_owned(),
         admin_addr: cfg.admin.clone(),
@@ -529,7 +532,7 @@ async fn publish_leadership(rep: Arc<ClusterReplicator>, quorum_limit: Duration)
             }
             _ => None,
         };
-        let quorum_ok = ack_at.is_some_and(|at| now.duration_since(at) <= quorum_limit);
+        let quorum_ok = late::quorum_acked(ack_at, now, quorum_limit);
         let membership = m.membership_config.membership();
         let member = membership.get_node(&rep.node.id).is_some();
         let active = rep.node.domain().is_some() && member;

@@ -544,7 +544,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> PeerClient {
-        PeerClient { pool: self.pool.clone(), target, addr: node.peer.clone(), in_flight: late::Pending::default() }
+        let in_flight = late::Pending::new(late::max_reuse_age(self.pool.node.quorum_limit));
+        PeerClient { pool: self.pool.clone(), target, addr: node.peer.clone(), in_flight }
     }
 }
 
@@ -589,9 +590,11 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             prev: rpc.prev_log_id,
             last: rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id),
         };
+        // Before the write: the follower sees the request after this instant.
+        let at = std::time::Instant::now();
         let sent =
             self.pool.send(&self.addr, Some(self.target), Body::AppendReq(rpc)).await.map_err(transport_error)?;
-        let seq = self.in_flight.push(range.clone(), sent);
+        let seq = self.in_flight.push(range.clone(), at, sent);
         match self.in_flight.answer(seq, &range).await.map_err(transport_error)? {
             Body::AppendResp(r) => r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e))),
             _ => Err(transport_error(RpcError::Unexpected)),
