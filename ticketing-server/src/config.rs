@@ -171,6 +171,13 @@ pub struct Cli {
     /// Connections on the peer port (handshaking included); over it → `E overloaded`, close.
     #[arg(long, env = "TICKETING_MAX_PEER_CONNECTIONS", value_name = "N")]
     pub max_peer_connections: Option<usize>,
+    /// Request bytes one accepted peer connection may have in flight (read, not yet answered); over it → closed.
+    #[arg(long, env = "TICKETING_MAX_PEER_IN_FLIGHT_BYTES_PER_CONN", value_name = "BYTES")]
+    pub max_peer_in_flight_bytes_per_conn: Option<usize>,
+    /// Request bytes all accepted peer connections together may have in flight; over it → the connection that
+    /// crossed it is closed.
+    #[arg(long, env = "TICKETING_MAX_PEER_IN_FLIGHT_BYTES", value_name = "BYTES")]
+    pub max_peer_in_flight_bytes: Option<usize>,
     /// Seconds (fractions allowed) an accepted peer has to complete its handshake.
     #[arg(long, env = "TICKETING_PEER_HANDSHAKE_TIMEOUT", value_name = "SECONDS")]
     pub peer_handshake_timeout: Option<f64>,
@@ -251,6 +258,10 @@ pub struct Limits {
     pub max_write_buffer_bytes: usize,
     /// Peer-port connections; over it → `E overloaded`, closed.
     pub max_peer_connections: usize,
+    /// Request bytes in flight on one accepted peer connection; over it → closed.
+    pub max_peer_in_flight_bytes_per_conn: usize,
+    /// Request bytes in flight on all accepted peer connections; over it → the one that crossed it is closed.
+    pub max_peer_in_flight_bytes: usize,
     /// Domain time (docs/protocol.md, "Domain time"): the leader commits a
     /// `Tick` after this many ms without any other commit.
     pub tick_ms: u64,
@@ -266,6 +277,11 @@ impl Default for Limits {
             max_connections: 10_000,
             max_write_buffer_bytes: 1024 * 1024,
             max_peer_connections: 64,
+            // One leader's AppendEntries (openraft keeps up to 9 in flight
+            // with the late answers, each ≤ 300 entries of ≤ 32 KiB) plus a
+            // 3 MiB snapshot chunk: about 90 MiB (docs/deployment.md, "Limits").
+            max_peer_in_flight_bytes_per_conn: 128 * 1024 * 1024,
+            max_peer_in_flight_bytes: 256 * 1024 * 1024,
             tick_ms: 500,
         }
     }
@@ -465,6 +481,8 @@ impl Config {
             ("handshake_timeout", d.handshake_timeout.as_secs_f64().to_string()),
             ("max_write_buffer_bytes", d.limits.max_write_buffer_bytes.to_string()),
             ("max_peer_connections", d.limits.max_peer_connections.to_string()),
+            ("max_peer_in_flight_bytes_per_conn", d.limits.max_peer_in_flight_bytes_per_conn.to_string()),
+            ("max_peer_in_flight_bytes", d.limits.max_peer_in_flight_bytes.to_string()),
             ("peer_handshake_timeout", d.peer_handshake_timeout.as_secs_f64().to_string()),
             ("peer_frame_timeout", d.peer_frame_timeout.as_secs_f64().to_string()),
             ("heartbeat_ms", d.heartbeat_ms.to_string()),
@@ -550,6 +568,10 @@ impl Config {
             max_connections: cli.max_connections.unwrap_or(dl.max_connections),
             max_write_buffer_bytes: cli.max_write_buffer_bytes.unwrap_or(dl.max_write_buffer_bytes),
             max_peer_connections: cli.max_peer_connections.unwrap_or(dl.max_peer_connections),
+            max_peer_in_flight_bytes_per_conn: cli
+                .max_peer_in_flight_bytes_per_conn
+                .unwrap_or(dl.max_peer_in_flight_bytes_per_conn),
+            max_peer_in_flight_bytes: cli.max_peer_in_flight_bytes.unwrap_or(dl.max_peer_in_flight_bytes),
             tick_ms: cli.tick_ms.unwrap_or(dl.tick_ms),
         };
         if !(10..=60_000).contains(&limits.tick_ms) {
@@ -580,6 +602,25 @@ impl Config {
         }
         if limits.max_peer_connections == 0 {
             return Err(invalid("--max-peer-connections", "must be at least 1"));
+        }
+        // A frame larger than the connection's budget closes it: keep the
+        // budget above the largest frame (docs/deployment.md, "Limits").
+        let (per_conn, total) = (limits.max_peer_in_flight_bytes_per_conn, limits.max_peer_in_flight_bytes);
+        const MIN_PEER_BUDGET: usize = 1024 * 1024;
+        if !(MIN_PEER_BUDGET..=1 << 40).contains(&per_conn) {
+            return Err(invalid(
+                "--max-peer-in-flight-bytes-per-conn",
+                format!("must be in {MIN_PEER_BUDGET}-{} (1 MiB to 1 TiB), got {per_conn}", 1u64 << 40),
+            ));
+        }
+        if !(per_conn..=1 << 40).contains(&total) {
+            return Err(invalid(
+                "--max-peer-in-flight-bytes",
+                format!(
+                    "must be in {per_conn}-{} (at least --max-peer-in-flight-bytes-per-conn), got {total}",
+                    1u64 << 40
+                ),
+            ));
         }
         let handshake_timeout = seconds("--handshake-timeout", cli.handshake_timeout, d.handshake_timeout)?;
         let peer_handshake_timeout =
@@ -692,6 +733,22 @@ mod tests {
         let c = Config::resolve(cli(&[&base[..], &[INSECURE]].concat())).unwrap();
         assert!(c.insecure_unauthenticated_peers && c.peer_tokens.is_empty());
         assert!(Config::resolve(cli(&[])).is_ok(), "standalone needs no peer authentication");
+    }
+
+    #[test]
+    fn peer_byte_budgets() {
+        let d = Limits::default();
+        assert_eq!((d.max_peer_in_flight_bytes_per_conn, d.max_peer_in_flight_bytes), (128 << 20, 256 << 20));
+        let c = Config::resolve(cli(&["--max-peer-in-flight-bytes-per-conn", "1048576"])).unwrap();
+        assert_eq!(c.limits.max_peer_in_flight_bytes_per_conn, 1 << 20);
+        for bad in [
+            &["--max-peer-in-flight-bytes-per-conn", "1048575"][..],
+            &["--max-peer-in-flight-bytes-per-conn", "536870912"],
+            &["--max-peer-in-flight-bytes", "1048576"],
+        ] {
+            let e = Config::resolve(cli(bad)).unwrap_err();
+            assert!(e.to_string().starts_with("--max-peer-in-flight-bytes"), "{bad:?}: {e}");
+        }
     }
 
     #[test]

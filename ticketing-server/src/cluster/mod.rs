@@ -100,6 +100,8 @@ impl ClusterConfig {
                 max_connections: cfg.limits.max_peer_connections,
                 handshake_timeout: cfg.peer_handshake_timeout,
                 frame_timeout: cfg.peer_frame_timeout,
+                max_conn_bytes: cfg.limits.max_peer_in_flight_bytes_per_conn,
+                max_node_bytes: cfg.limits.max_peer_in_flight_bytes,
                 metrics: Default::default(),
             },
         }

@@ -290,6 +290,21 @@ pub struct FrameReader<R> {
     buf: BytesMut,
     /// When the started frame in `buf` must be complete (`--peer-frame-timeout`).
     deadline: Option<Instant>,
+    /// The started frame's length was admitted (`next_admitted`).
+    admitted: bool,
+}
+
+/// What [`FrameReader::next_admitted`] read. (Returned by value once per
+/// frame, never stored: boxing the envelope would only add an allocation.)
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum Read {
+    /// A whole frame (its body was this many bytes).
+    Frame(Envelope, usize),
+    /// A clean end of stream between frames.
+    End,
+    /// `admit` refused a frame of this body length; its body was not read.
+    Refused(usize),
 }
 
 /// Read size while no frame is started, and the most the buffer grows by
@@ -299,7 +314,7 @@ const READ_CHUNK: usize = 64 * 1024;
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// Reads frames from `r`.
     pub fn new(r: R) -> FrameReader<R> {
-        FrameReader { r, buf: BytesMut::with_capacity(8 * 1024), deadline: None }
+        FrameReader { r, buf: BytesMut::with_capacity(8 * 1024), deadline: None, admitted: false }
     }
 
     /// The next frame; `Ok(None)` at a clean end of stream between frames.
@@ -309,9 +324,26 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// refused before its body is read. Cancel-safe: dropping the future
     /// loses nothing.
     pub async fn next(&mut self, limit: Duration) -> Result<Option<Envelope>, WireError> {
+        match self.next_admitted(limit, &mut |_| true).await? {
+            Read::Frame(env, _) => Ok(Some(env)),
+            Read::End => Ok(None),
+            Read::Refused(n) => Err(WireError::Protocol(format!("frame of {n} bytes refused"))),
+        }
+    }
+
+    /// [`FrameReader::next`], asking `admit(body_len)` once per frame as soon
+    /// as its length prefix is in, before its body is read (so a budget can
+    /// count the bytes a started frame will hold). Cancel-safe like `next`.
+    pub async fn next_admitted(
+        &mut self,
+        limit: Duration,
+        admit: &mut (dyn FnMut(usize) -> bool + Send),
+    ) -> Result<Read, WireError> {
         loop {
-            if let Some(env) = self.take()? {
-                return Ok(Some(env));
+            match self.take(admit)? {
+                Taken::Frame(env, n) => return Ok(Read::Frame(env, n)),
+                Taken::Refused(n) => return Ok(Read::Refused(n)),
+                Taken::More => {}
             }
             if !self.buf.is_empty() && self.deadline.is_none() {
                 self.deadline = Some(Instant::now() + limit);
@@ -325,7 +357,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             };
             if n == 0 {
                 return if self.buf.is_empty() {
-                    Ok(None)
+                    Ok(Read::End)
                 } else {
                     Err(WireError::Protocol("stream ended inside a frame".into()))
                 };
@@ -334,19 +366,26 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 
     /// A whole frame from the buffer, if there is one; otherwise makes room
-    /// for the rest of the started one.
-    fn take(&mut self) -> Result<Option<Envelope>, WireError> {
+    /// for the rest of the started one (once `admit` took its length).
+    fn take(&mut self, admit: &mut (dyn FnMut(usize) -> bool + Send)) -> Result<Taken, WireError> {
         let need = if self.buf.len() >= 4 {
             let n = frame_len([self.buf[0], self.buf[1], self.buf[2], self.buf[3]])?;
+            if !self.admitted {
+                if !admit(n) {
+                    return Ok(Taken::Refused(n));
+                }
+                self.admitted = true;
+            }
             if self.buf.len() >= 4 + n {
                 let env = decode_body(&self.buf[4..4 + n]);
                 self.buf.advance(4 + n);
+                self.admitted = false;
                 self.deadline = None;
                 if self.buf.is_empty() && self.buf.capacity() > 4 * READ_CHUNK {
                     // Do not keep a snapshot chunk's buffer on an idle link.
                     self.buf = BytesMut::with_capacity(8 * 1024);
                 }
-                return env.map(Some);
+                return env.map(|env| Taken::Frame(env, n));
             }
             4 + n - self.buf.len()
         } else {
@@ -356,8 +395,16 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         if spare < need.min(READ_CHUNK) {
             self.buf.reserve(need.min(READ_CHUNK));
         }
-        Ok(None)
+        Ok(Taken::More)
     }
+}
+
+/// What [`FrameReader::take`] found in the buffer.
+#[allow(clippy::large_enum_variant)]
+enum Taken {
+    Frame(Envelope, usize),
+    Refused(usize),
+    More,
 }
 
 /// Reads one frame straight from `r` (no read-ahead: bytes after the frame
