@@ -5,15 +5,11 @@
 //! proxy here, so `--peers` lists the nodes' real peer ports.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-
-/// The peer token of the benchmark's clusters (`TICKETING_PEER_TOKEN`): a
-/// cluster node refuses to start without peer authentication.
-const PEER_TOKEN: &str = "ticketing-bench-peer-token";
 
 /// Free ports and admin HTTP reads are the fault suite's (one home for both).
 pub use ticketing_verify::cluster::{free_port, http_get};
@@ -64,24 +60,15 @@ impl Servers {
         for (i, peer_port) in peer_ports.iter().enumerate() {
             let node = &servers.nodes[i];
             let log = std::fs::File::create(dir.join(format!("node{i}.log")))?;
-            let mut cmd = Command::new(bin);
-            cmd.arg("--listen")
-                .arg(format!("127.0.0.1:{}", node.client))
-                .arg("--admin-listen")
-                .arg(format!("127.0.0.1:{}", node.admin))
-                .args(extra)
-                .env("RUST_LOG", "warn")
-                .env_remove("TICKETING_CLIENT_TOKENS")
-                .env("TICKETING_PEER_TOKEN", PEER_TOKEN)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log);
-            if n > 1 {
-                cmd.arg("--peer-listen").arg(format!("127.0.0.1:{peer_port}")).arg("--peers").arg(&peers);
-                if i == 0 {
-                    cmd.arg("--bootstrap");
-                }
-            }
+            let spec = ticketing_testkit::NodeArgs {
+                client: node.client,
+                peer: *peer_port,
+                admin: node.admin,
+                peers: if n > 1 { &peers } else { "" },
+                bootstrap: i == 0,
+            };
+            let mut cmd = ticketing_testkit::node_command(bin, &spec, log);
+            cmd.args(extra).env("RUST_LOG", "warn");
             let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot start {}: {e}", bin.display()))?;
             servers.nodes[i].child = Some(child);
         }

@@ -3,34 +3,14 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_ticketing-server");
 
-/// The peer token every test cluster runs with (`TICKETING_PEER_TOKEN`; a
-/// node's own `--peer-token-file` in its `args` takes precedence).
-pub const PEER_TOKEN: &str = "cluster-tests-peer-token";
-
-/// A free loopback port below the kernel's ephemeral range (32768+), so an
-/// outgoing connection of a running node cannot take it between this check
-/// and the node's bind. Distinct within a test binary; spread by process id
-/// across test binaries.
-pub fn free_port() -> u16 {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let base = 20_000 + (std::process::id() % 100) * 120;
-    loop {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let port = (base + n % 12_000) as u16;
-        let port = if port >= 32_000 { port - 12_000 } else { port };
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
+pub use ticketing_testkit::{free_port, http_get, PEER_TOKEN};
 
 pub fn log_dir() -> PathBuf {
     let d = std::env::temp_dir().join(format!("ticketing-cluster-tests-{}", std::process::id()));
@@ -93,25 +73,14 @@ impl Cluster {
         let node = &mut self.nodes[i];
         node.starts += 1;
         let log = log_dir().join(format!("{}-node{}-{}.log", self.name, i, node.starts));
-        let mut cmd = Command::new(BIN);
-        cmd.arg("--listen")
-            .arg(format!("127.0.0.1:{}", node.client))
-            .arg("--advertise")
-            .arg(format!("127.0.0.1:{}", node.client));
-        if !node.standalone {
-            cmd.arg("--peer-listen").arg(format!("127.0.0.1:{}", node.peer)).arg("--peers").arg(&peers);
-        }
-        cmd.arg("--admin-listen")
-            .arg(format!("127.0.0.1:{}", node.admin))
-            .env("RUST_LOG", "info")
-            .env_remove("TICKETING_CLIENT_TOKENS")
-            .env("TICKETING_PEER_TOKEN", PEER_TOKEN)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap());
-        if bootstrap {
-            cmd.arg("--bootstrap");
-        }
+        let spec = ticketing_testkit::NodeArgs {
+            client: node.client,
+            peer: node.peer,
+            admin: node.admin,
+            peers: if node.standalone { "" } else { &peers },
+            bootstrap,
+        };
+        let mut cmd = ticketing_testkit::node_command(BIN.as_ref(), &spec, std::fs::File::create(log).unwrap());
         cmd.args(&node.args);
         cmd.envs(node.env.iter().map(|(k, v)| (k, v)));
         node.child = Some(cmd.spawn().expect("spawn ticketing-server"));
@@ -268,21 +237,6 @@ impl Client {
 pub fn status(port: u16) -> Option<serde_json::Value> {
     let body = http_get(port, "/status")?;
     serde_json::from_str(&body).ok()
-}
-
-/// A raw HTTP/1.1 GET; the body.
-pub fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut s =
-        TcpStream::connect_timeout(&format!("127.0.0.1:{port}").parse().unwrap(), Duration::from_secs(1)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    let (head, body) = out.split_once("\r\n\r\n")?;
-    if !head.starts_with("HTTP/1.1 200") {
-        return None;
-    }
-    Some(body.to_owned())
 }
 
 /// Parses `A <id> <key> <owner> <token> <waited_ms>` → token.
