@@ -5,7 +5,7 @@
 //! proxy here, so `--peers` lists the nodes' real peer ports.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
@@ -66,26 +66,17 @@ impl Servers {
         for (i, peer_port) in peer_ports.iter().enumerate() {
             let node = &servers.nodes[i];
             let log = std::fs::File::create(dir.join(format!("node{i}.log")))?;
-            let mut cmd = Command::new(bin);
-            cmd.arg("--listen")
-                .arg(format!("127.0.0.1:{}", node.client))
-                .arg("--admin-listen")
-                .arg(format!("127.0.0.1:{}", node.admin))
-                .args(extra)
-                .env("RUST_LOG", "warn")
-                .env_remove("TICKETING_CLIENT_TOKENS")
-                .env_remove("TICKETING_PEER_TOKEN")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log);
+            let spec = ticketing_testkit::NodeArgs {
+                client: node.client,
+                peer: *peer_port,
+                admin: node.admin,
+                peers: if n > 1 { &peers } else { "" },
+                bootstrap: i == 0,
+            };
+            let mut cmd = ticketing_testkit::node_command(bin, &spec, log);
+            cmd.args(extra).env("RUST_LOG", "warn");
             if let Some(d) = data {
                 cmd.arg("--data-dir").arg(d.join(format!("node{i}-data")));
-            }
-            if n > 1 {
-                cmd.arg("--peer-listen").arg(format!("127.0.0.1:{peer_port}")).arg("--peers").arg(&peers);
-                if i == 0 {
-                    cmd.arg("--bootstrap");
-                }
             }
             let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot start {}: {e}", bin.display()))?;
             servers.nodes[i].child = Some(child);

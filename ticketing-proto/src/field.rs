@@ -66,6 +66,21 @@ pub(crate) fn visible(b: u8) -> bool {
 
 macro_rules! text_field {
     ($(#[$doc:meta])* $name:ident, $max:expr, $what:literal) => {
+        text_field!(@type $(#[$doc])* $name, $max, $what);
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({:?})", stringify!($name), self.as_str())
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+    (@type $(#[$doc:meta])* $name:ident, $max:expr, $what:literal) => {
         $(#[$doc])*
         #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub struct $name(Bytes);
@@ -93,18 +108,6 @@ macro_rules! text_field {
                 std::str::from_utf8(&self.0).unwrap_or_default()
             }
         }
-
-        impl fmt::Debug for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "{}({:?})", stringify!($name), self.as_str())
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
     };
 }
 
@@ -113,9 +116,37 @@ text_field!(
     Key, crate::limits::MAX_KEY_LEN, "key"
 );
 text_field!(
+    @type
     /// The owner of one logical acquire: 1–64 ([`MAX_OWNER_LEN`](crate::limits::MAX_OWNER_LEN)) visible ASCII bytes.
+    ///
+    /// Owner and token together release a lock, so the owner is redacted
+    /// everywhere but on the wire: `Debug` and `Display` show only
+    /// [`Owner::prefix`] followed by `…` (what the admin view shows); the
+    /// whole value is [`Owner::as_str`] / [`Owner::as_bytes`].
     Owner, crate::limits::MAX_OWNER_LEN, "owner"
 );
+
+impl Owner {
+    /// What may be shown of an owner (logs, the admin view): its first 8
+    /// characters and never more than half of it (a client's owners are 32
+    /// hex digits, so their first 8).
+    pub fn prefix(&self) -> &str {
+        let s = self.as_str();
+        &s[..(s.len() / 2).min(8)]
+    }
+}
+
+impl fmt::Debug for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Owner(\"{}…\")", self.prefix())
+    }
+}
+
+impl fmt::Display for Owner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}…", self.prefix())
+    }
+}
 text_field!(
     /// A client address `host:port` as announced in `M` and `L`: 1–255 visible ASCII bytes.
     Addr, 255, "addr"
@@ -214,5 +245,25 @@ mod serde_impls {
         fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
             Token::new(u64::deserialize(d)?).map_err(D::Error::custom)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_owner_shows_only_its_prefix() {
+        let o = Owner::new("0123456789abcdef0123456789abcdef").unwrap();
+        assert_eq!(o.prefix(), "01234567");
+        assert_eq!(format!("{o}"), "01234567…");
+        assert_eq!(format!("{o:?}"), "Owner(\"01234567…\")");
+        assert_eq!(format!("{:?}", Some(&o)), "Some(Owner(\"01234567…\"))");
+        assert_eq!(o.as_str(), "0123456789abcdef0123456789abcdef", "the whole value is still there");
+        // Never more than half of a short owner.
+        assert_eq!(Owner::new("abcdef").unwrap().prefix(), "abc");
+        assert_eq!(format!("{}", Owner::new("z").unwrap()), "…");
+        // Keys and addresses are not secret.
+        assert_eq!(format!("{:?}", Key::new("k1").unwrap()), "Key(\"k1\")");
     }
 }

@@ -285,7 +285,7 @@ impl World {
             .last()
             .expect("no acquire seen");
         match f {
-            ClientFrame::Acquire { id, key, owner, .. } => (c, id, key.to_string(), owner.to_string()),
+            ClientFrame::Acquire { id, key, owner, .. } => (c, id, key.to_string(), owner.as_str().to_owned()),
             _ => unreachable!(),
         }
     }
@@ -295,7 +295,7 @@ impl World {
             .into_iter()
             .filter_map(|(c, f)| match f {
                 ClientFrame::Release { id, key, owner, token } => {
-                    Some((c, id, key.to_string(), owner.to_string(), token.get()))
+                    Some((c, id, key.to_string(), owner.as_str().to_owned(), token.get()))
                 }
                 _ => None,
             })
@@ -367,7 +367,7 @@ fn several_requests_same_key_matched_by_id_not_fifo() {
         .all_requests()
         .into_iter()
         .map(|(c, f)| match f {
-            ClientFrame::Acquire { id, owner, .. } => (c, id, owner.to_string()),
+            ClientFrame::Acquire { id, owner, .. } => (c, id, owner.as_str().to_owned()),
             _ => unreachable!(),
         })
         .collect();
@@ -406,7 +406,7 @@ fn answer_with_wrong_key_closes_the_session_and_is_indeterminate() {
     let (conn, id, _, owner) = {
         let (c, f) = w.all_requests()[0].clone();
         match f {
-            ClientFrame::Acquire { id, key, owner, .. } => (c, id, key.to_string(), owner.to_string()),
+            ClientFrame::Acquire { id, key, owner, .. } => (c, id, key.to_string(), owner.as_str().to_owned()),
             _ => unreachable!(),
         }
     };
@@ -922,7 +922,7 @@ fn release_r_is_true_n_is_false() {
     let op = w.b.release(w.now, &g, Purpose::Explicit).unwrap();
     w.step();
     let (c, id, key, owner, token) = w.releases_seen()[0].clone();
-    assert_eq!((key, owner, token), ("k".to_string(), g.owner.to_string(), g.token.get()));
+    assert_eq!((key, owner, token), ("k".to_string(), g.owner.as_str().to_owned(), g.token.get()));
     w.send(c, &format!("R {id} k\n"));
     assert_eq!(w.released.get(&op), Some(&Ok(true)));
 
@@ -1118,7 +1118,7 @@ impl World {
         self.all_requests()
             .into_iter()
             .filter_map(|(c, f)| match f {
-                ClientFrame::Query { id, key, owner } => Some((c, id, key.to_string(), owner.to_string())),
+                ClientFrame::Query { id, key, owner } => Some((c, id, key.to_string(), owner.as_str().to_owned())),
                 _ => None,
             })
             .collect()

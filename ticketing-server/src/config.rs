@@ -124,6 +124,11 @@ pub struct Cli {
     /// File with the peer token (or env TICKETING_PEER_TOKEN); during a rotation two lines: the first is sent, both are accepted.
     #[arg(long, env = "TICKETING_PEER_TOKEN_FILE", value_name = "FILE")]
     pub peer_token_file: Option<PathBuf>,
+    /// Run a cluster node with NO peer authentication (no peer token, no peer TLS): anyone who reaches the peer
+    /// port can join the cluster and forge grants. For throw-away tests only; warned about at every start.
+    #[arg(long, env = "TICKETING_INSECURE_UNAUTHENTICATED_PEERS", action = ArgAction::SetTrue)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub insecure_unauthenticated_peers: bool,
     /// PEM certificate chain: TLS on the client port (with --tls-key).
     #[arg(long, env = "TICKETING_TLS_CERT", value_name = "FILE")]
     pub tls_cert: Option<PathBuf>,
@@ -169,6 +174,13 @@ pub struct Cli {
     /// Connections on the peer port (handshaking included); over it → `E overloaded`, close.
     #[arg(long, env = "TICKETING_MAX_PEER_CONNECTIONS", value_name = "N")]
     pub max_peer_connections: Option<usize>,
+    /// Request bytes one accepted peer connection may have in flight (read, not yet answered); over it → closed.
+    #[arg(long, env = "TICKETING_MAX_PEER_IN_FLIGHT_BYTES_PER_CONN", value_name = "BYTES")]
+    pub max_peer_in_flight_bytes_per_conn: Option<usize>,
+    /// Request bytes all accepted peer connections together may have in flight; over it → the connection that
+    /// crossed it is closed.
+    #[arg(long, env = "TICKETING_MAX_PEER_IN_FLIGHT_BYTES", value_name = "BYTES")]
+    pub max_peer_in_flight_bytes: Option<usize>,
     /// Seconds (fractions allowed) an accepted peer has to complete its handshake.
     #[arg(long, env = "TICKETING_PEER_HANDSHAKE_TIMEOUT", value_name = "SECONDS")]
     pub peer_handshake_timeout: Option<f64>,
@@ -252,6 +264,10 @@ pub struct Limits {
     pub max_write_buffer_bytes: usize,
     /// Peer-port connections; over it → `E overloaded`, closed.
     pub max_peer_connections: usize,
+    /// Request bytes in flight on one accepted peer connection; over it → closed.
+    pub max_peer_in_flight_bytes_per_conn: usize,
+    /// Request bytes in flight on all accepted peer connections; over it → the one that crossed it is closed.
+    pub max_peer_in_flight_bytes: usize,
     /// Domain time (docs/protocol.md, "Domain time"): the leader commits a
     /// `Tick` after this many ms without any other commit.
     pub tick_ms: u64,
@@ -271,6 +287,11 @@ impl Default for Limits {
             max_connections: 10_000,
             max_write_buffer_bytes: 1024 * 1024,
             max_peer_connections: 64,
+            // One leader's AppendEntries (openraft keeps up to 9 in flight
+            // with the late answers, each ≤ 300 entries of ≤ 32 KiB) plus a
+            // 3 MiB snapshot chunk: about 90 MiB (docs/deployment.md, "Limits").
+            max_peer_in_flight_bytes_per_conn: 128 * 1024 * 1024,
+            max_peer_in_flight_bytes: 256 * 1024 * 1024,
             tick_ms: 500,
             start_grace: Duration::ZERO,
         }
@@ -297,10 +318,14 @@ pub struct Config {
     /// The `--client-tokens-file` the tokens were read from, if any.
     pub client_tokens_file: Option<PathBuf>,
     /// The peer tokens (cluster mode): the first is sent when dialing, any
-    /// is accepted; empty = the empty token. `Debug` prints them redacted.
+    /// is accepted; empty = no token (then peer mutual TLS, or
+    /// `insecure_unauthenticated_peers`, is required). `Debug` prints them redacted.
     pub peer_tokens: Vec<Secret>,
     /// The `--peer-token-file` the peer tokens were read from, if any.
     pub peer_token_file: Option<PathBuf>,
+    /// `--insecure-unauthenticated-peers`: a cluster node may run with
+    /// neither a peer token nor peer TLS (throw-away tests only).
+    pub insecure_unauthenticated_peers: bool,
     /// TLS certificate chain for the client port.
     pub tls_cert: Option<PathBuf>,
     /// TLS private key for the client port.
@@ -345,6 +370,7 @@ impl Default for Config {
             client_tokens_file: None,
             peer_tokens: Vec::new(),
             peer_token_file: None,
+            insecure_unauthenticated_peers: false,
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
@@ -362,6 +388,12 @@ impl Default for Config {
         }
     }
 }
+
+/// Why a cluster node without peer authentication does not start
+/// (docs/security.md, "Peer authentication").
+pub const PEER_AUTH_MISSING: &str = "cluster mode needs peer authentication (else anyone who reaches the peer port \
+     joins the cluster): give a peer token (--peer-token-file FILE, or the environment variable \
+     TICKETING_PEER_TOKEN) and/or mutual TLS between peers (--peer-tls-cert, --peer-tls-key, --peer-tls-ca)";
 
 /// A listen address must be `host:port` that resolves (`--listen nonsense`
 /// is a configuration error, exit 2; a port in use is a run-time error).
@@ -419,6 +451,10 @@ fn resolve_limits(cli: &Cli) -> Result<Limits, ConfigError> {
         max_connections: cli.max_connections.unwrap_or(dl.max_connections),
         max_write_buffer_bytes: cli.max_write_buffer_bytes.unwrap_or(dl.max_write_buffer_bytes),
         max_peer_connections: cli.max_peer_connections.unwrap_or(dl.max_peer_connections),
+        max_peer_in_flight_bytes_per_conn: cli
+            .max_peer_in_flight_bytes_per_conn
+            .unwrap_or(dl.max_peer_in_flight_bytes_per_conn),
+        max_peer_in_flight_bytes: cli.max_peer_in_flight_bytes.unwrap_or(dl.max_peer_in_flight_bytes),
         tick_ms: cli.tick_ms.unwrap_or(dl.tick_ms),
         start_grace: start_grace(cli.start_grace)?,
     };
@@ -448,6 +484,22 @@ fn resolve_limits(cli: &Cli) -> Result<Limits, ConfigError> {
     }
     if limits.max_peer_connections == 0 {
         return Err(invalid("--max-peer-connections", "must be at least 1"));
+    }
+    // A frame larger than the connection's budget closes it: keep the
+    // budget above the largest frame (docs/configuration.md, "Limits").
+    let (per_conn, total) = (limits.max_peer_in_flight_bytes_per_conn, limits.max_peer_in_flight_bytes);
+    const MIN_PEER_BUDGET: usize = 1024 * 1024;
+    if !(MIN_PEER_BUDGET..=1 << 40).contains(&per_conn) {
+        return Err(invalid(
+            "--max-peer-in-flight-bytes-per-conn",
+            format!("must be in {MIN_PEER_BUDGET}-{} (1 MiB to 1 TiB), got {per_conn}", 1u64 << 40),
+        ));
+    }
+    if !(per_conn..=1 << 40).contains(&total) {
+        return Err(invalid(
+            "--max-peer-in-flight-bytes",
+            format!("must be in {per_conn}-{} (at least --max-peer-in-flight-bytes-per-conn), got {total}", 1u64 << 40),
+        ));
     }
     Ok(limits)
 }
@@ -581,6 +633,8 @@ impl Config {
             ("handshake_timeout", d.handshake_timeout.as_secs_f64().to_string()),
             ("max_write_buffer_bytes", d.limits.max_write_buffer_bytes.to_string()),
             ("max_peer_connections", d.limits.max_peer_connections.to_string()),
+            ("max_peer_in_flight_bytes_per_conn", d.limits.max_peer_in_flight_bytes_per_conn.to_string()),
+            ("max_peer_in_flight_bytes", d.limits.max_peer_in_flight_bytes.to_string()),
             ("peer_handshake_timeout", d.peer_handshake_timeout.as_secs_f64().to_string()),
             ("peer_frame_timeout", d.peer_frame_timeout.as_secs_f64().to_string()),
             ("heartbeat_ms", d.heartbeat_ms.to_string()),
@@ -633,6 +687,10 @@ impl Config {
         if !peers.is_empty() && peer_listen.is_none() {
             return Err(invalid("--peer-listen", "cluster mode (--peers) needs --peer-listen"));
         }
+        let insecure_unauthenticated_peers = cli.insecure_unauthenticated_peers;
+        if !peers.is_empty() && peer_tokens.is_empty() && cli.peer_tls_cert.is_none() && !insecure_unauthenticated_peers {
+            return Err(invalid("--peer-token-file", PEER_AUTH_MISSING));
+        }
         let admin_listen = cli.admin_listen;
         check_address("--listen", &listen)?;
         for (setting, addr) in [("--peer-listen", &peer_listen), ("--admin-listen", &admin_listen)] {
@@ -652,6 +710,7 @@ impl Config {
             client_tokens_file: cli.client_tokens_file,
             peer_tokens,
             peer_token_file: cli.peer_token_file,
+            insecure_unauthenticated_peers,
             tls_cert: cli.tls_cert,
             tls_key: cli.tls_key,
             tls_client_ca: cli.tls_client_ca,
@@ -693,6 +752,46 @@ mod tests {
         p
     }
 
+    /// The opt-out, for the tests of other rules of cluster mode.
+    const INSECURE: &str = "--insecure-unauthenticated-peers";
+
+    #[test]
+    fn a_cluster_node_needs_peer_authentication() {
+        let base = ["--peer-listen", "127.0.0.1:1", "--peers", "a:1,b:1,c:1"];
+        let e = Config::resolve(cli(&base)).unwrap_err();
+        assert_eq!(e.to_string(), format!("--peer-token-file: {PEER_AUTH_MISSING}"));
+        assert!(!e.to_string().contains('\n'), "one line");
+        for fix in ["--peer-token-file", "TICKETING_PEER_TOKEN", "--peer-tls-cert"] {
+            assert!(e.to_string().contains(fix), "the line names {fix}: {e}");
+        }
+        let token = tmp("peer-auth-token", "s3cret\n");
+        let with_token = [&base[..], &["--peer-token-file", token.to_str().unwrap()]].concat();
+        assert!(Config::resolve(cli(&with_token)).is_ok());
+        let (cert, key, ca) = (tmp("c.pem", ""), tmp("k.pem", ""), tmp("ca.pem", ""));
+        let tls = ["--peer-tls-cert", cert.to_str().unwrap(), "--peer-tls-key", key.to_str().unwrap()];
+        let with_tls = [&base[..], &tls, &["--peer-tls-ca", ca.to_str().unwrap()]].concat();
+        assert!(Config::resolve(cli(&with_tls)).is_ok(), "mutual TLS alone authenticates the peers");
+        let c = Config::resolve(cli(&[&base[..], &[INSECURE]].concat())).unwrap();
+        assert!(c.insecure_unauthenticated_peers && c.peer_tokens.is_empty());
+        assert!(Config::resolve(cli(&[])).is_ok(), "standalone needs no peer authentication");
+    }
+
+    #[test]
+    fn peer_byte_budgets() {
+        let d = Limits::default();
+        assert_eq!((d.max_peer_in_flight_bytes_per_conn, d.max_peer_in_flight_bytes), (128 << 20, 256 << 20));
+        let c = Config::resolve(cli(&["--max-peer-in-flight-bytes-per-conn", "1048576"])).unwrap();
+        assert_eq!(c.limits.max_peer_in_flight_bytes_per_conn, 1 << 20);
+        for bad in [
+            &["--max-peer-in-flight-bytes-per-conn", "1048575"][..],
+            &["--max-peer-in-flight-bytes-per-conn", "536870912"],
+            &["--max-peer-in-flight-bytes", "1048576"],
+        ] {
+            let e = Config::resolve(cli(bad)).unwrap_err();
+            assert!(e.to_string().starts_with("--max-peer-in-flight-bytes"), "{bad:?}: {e}");
+        }
+    }
+
     #[test]
     fn defaults() {
         let c = Config::resolve(cli(&[])).unwrap();
@@ -706,10 +805,12 @@ mod tests {
     #[test]
     fn peer_count_rule() {
         for (list, ok) in [("a:1", false), ("a:1,b:1", false), ("a:1,b:1,c:1", true), ("a:1,b:1,c:1,d:1", false)] {
-            let r = Config::resolve(cli(&["--peer-listen", "127.0.0.1:1", "--peers", list]));
+            let r = Config::resolve(cli(&["--peer-listen", "127.0.0.1:1", "--peers", list, INSECURE]));
             assert_eq!(r.is_ok(), ok, "{list}");
         }
-        assert!(Config::resolve(cli(&["--peer-listen", "127.0.0.1:1", "--peers", "a:1,b:1,c:1,d:1,e:1"])).is_ok());
+        assert!(
+            Config::resolve(cli(&["--peer-listen", "127.0.0.1:1", "--peers", "a:1,b:1,c:1,d:1,e:1", INSECURE])).is_ok()
+        );
         assert!(Config::resolve(cli(&["--peers", "a:1,b:1,c:1"])).is_err(), "cluster mode needs --peer-listen");
         assert!(Config::resolve(cli(&["--peers", "a:1,b:1,c:1,d:1,e:1,f:1"])).is_err());
         assert!(Config::resolve(cli(&["--peers", "a:1,a:1,c:1"])).is_err());
@@ -722,7 +823,7 @@ mod tests {
             "max-waiters-per-key = 7\nmax_waiters = 9\nhandshake-timeout = 0.25\nlisten = \"127.0.0.1:1\"\n\
              peers = \"a:1,b:1,c:1\"\npeer-listen = \"127.0.0.1:7\"\n",
         );
-        let c = Config::resolve(cli(&["--config", p.to_str().unwrap(), "--max-waiters", "3"])).unwrap();
+        let c = Config::resolve(cli(&["--config", p.to_str().unwrap(), "--max-waiters", "3", INSECURE])).unwrap();
         assert_eq!(c.limits.max_waiters_per_key, 7);
         assert_eq!(c.limits.max_waiters, 3);
         assert_eq!(c.handshake_timeout, Duration::from_millis(250));
@@ -737,10 +838,11 @@ mod tests {
     fn file_lists_bootstrap_and_types() {
         let p =
             tmp("list.toml", "peers = [\"a:1\", \"b:1\", \"c:1\"]\nbootstrap = true\npeer_listen = \"127.0.0.1:7\"\n");
-        let c = Config::resolve(cli(&["--config", p.to_str().unwrap()])).unwrap();
+        let c = Config::resolve(cli(&["--config", p.to_str().unwrap(), INSECURE])).unwrap();
         assert_eq!(c.peers, ["a:1", "b:1", "c:1"]);
         assert!(c.bootstrap, "bootstrap from the file");
-        let c = Config::resolve(cli(&["--config", p.to_str().unwrap(), "--peers", "x:1,y:1,z:1,v:1,w:1"])).unwrap();
+        let five = ["--config", p.to_str().unwrap(), "--peers", "x:1,y:1,z:1,v:1,w:1", INSECURE];
+        let c = Config::resolve(cli(&five)).unwrap();
         assert_eq!(c.peers.len(), 5, "the flag beats the file");
         let bad = tmp("type.toml", "max_waiters = \"many\"\n");
         let e = Config::resolve(cli(&["--config", bad.to_str().unwrap()])).unwrap_err();

@@ -76,7 +76,11 @@ struct ClientConn<'a> {
     deliveries_tx: mpsc::Sender<Delivery>,
     leadership: watch::Receiver<Leadership>,
     last_leader: Option<Addr>,
-    was_serving: bool,
+    /// The leadership epoch this connection was served in, while this node
+    /// serves. Compared as an epoch, not a bool: the watch may merge "not
+    /// serving" and "serving again" into one update, and a connection of an
+    /// earlier epoch must still be closed (its waiters are gone).
+    serving_epoch: Option<u64>,
     out: BytesMut,
 }
 
@@ -125,7 +129,7 @@ impl<'a> ClientConn<'a> {
             deliveries_tx,
             leadership: ctx.leadership.clone(),
             last_leader: None,
-            was_serving: false,
+            serving_epoch: None,
             out: BytesMut::with_capacity(1024),
         };
         ServerFrame::Greeting { snonce }.encode(&mut conn.out);
@@ -320,12 +324,19 @@ impl ClientConn<'_> {
         }
     }
 
+    /// This connection was served while this node served, and that
+    /// leadership ended: this node stopped serving, or serves again in a
+    /// later epoch (a flap the watch may have merged into one update).
+    fn stale(&self, l: &Leadership) -> bool {
+        self.serving_epoch.is_some_and(|e| !l.serving || l.epoch != e)
+    }
+
     fn on_leadership(&mut self) -> Option<End> {
         let l = self.leadership.borrow_and_update().clone();
-        if self.was_serving && !l.serving {
+        if self.stale(&l) {
             return Some(End::Fatal(self.not_serving_frame(&l)));
         }
-        self.was_serving = l.serving;
+        self.serving_epoch = l.serving.then_some(l.epoch);
         if l.leader != self.last_leader {
             if let Some(addr) = &l.leader {
                 self.send(&ServerFrame::Leader { addr: addr.clone() });
@@ -382,7 +393,7 @@ impl ClientConn<'_> {
             return Some(End::Fatal(ServerFrame::error(ErrorCode::TooManyPending)));
         }
         let l = self.leadership.borrow().clone();
-        if !l.serving {
+        if !l.serving || self.stale(&l) {
             return Some(End::Fatal(self.not_serving_frame(&l)));
         }
         let conn = self.id;
@@ -421,7 +432,7 @@ impl ClientConn<'_> {
         }
         self.registered = true;
         self.authed = true;
-        self.was_serving = l.serving;
+        self.serving_epoch = l.serving.then_some(l.epoch);
         if let Some(addr) = &l.leader {
             self.send(&ServerFrame::Leader { addr: addr.clone() });
         }

@@ -39,6 +39,18 @@ pub fn advertise_addr(config: &Config, listener: &TcpListener) -> Result<Addr> {
     Addr::new(local.to_string()).map_err(|e| anyhow!("bound address {local} is not a valid addr: {e}"))
 }
 
+/// The start-up warning for a client port that listens beyond loopback
+/// with client authentication off (docs/security.md, "Hardening checklist").
+fn open_port_warning(bound: std::net::SocketAddr, client_tokens: &[ticketing_proto::auth::Secret]) -> Option<String> {
+    (client_tokens.is_empty() && !bound.ip().is_loopback()).then(|| {
+        format!(
+            "the client port {bound} listens beyond loopback with client authentication OFF: anyone who reaches it \
+             can take, hold and release locks; set --client-tokens-file (or TICKETING_CLIENT_TOKENS), or listen on \
+             loopback"
+        )
+    })
+}
+
 /// THE ONE SEAM for cluster mode: builds the openraft-backed [`Replicator`]
 /// (peer port, Raft, bootstrap or join) announcing `advertise` to clients,
 /// with the peer tokens and peer TLS of `material`. `metrics`: where the
@@ -246,10 +258,14 @@ async fn serve_clients<F: Future>(
         // No tokens = auth off (docs/protocol.md §3). Say so loudly when a file was given.
         warn!("the client tokens file holds no token: client authentication is OFF");
     }
-    if !config.is_standalone() && config.limits.start_grace.is_zero() {
+    if !config.is_standalone() && config.data_dir.is_none() && config.limits.start_grace.is_zero() {
         // Memory mode: a whole-cluster restart is a new domain that forgets
         // its holders (docs/deployment.md, "Start grace").
         warn!("--start-grace is 0: a new domain grants at once; after a restart of every node set it to the longest lease in use");
+    }
+    if let Some(warning) = listener.listener.local_addr().ok().and_then(|a| open_port_warning(a, &config.client_tokens))
+    {
+        warn!("{warning}");
     }
     info!(
         advertise = %advertise,
@@ -282,4 +298,30 @@ async fn serve_clients<F: Future>(
     }
     info!("stopped");
     Ok(stopped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::open_port_warning;
+    use ticketing_proto::auth::Secret;
+
+    #[test]
+    fn an_open_client_port_without_auth_is_warned_about() {
+        let token = [Secret::from("t")];
+        for (addr, auth, warned) in [
+            ("127.0.0.1:5225", false, false),
+            ("[::1]:5225", false, false),
+            ("0.0.0.0:5225", false, true),
+            ("[::]:5225", false, true),
+            ("10.0.0.1:5225", false, true),
+            ("0.0.0.0:5225", true, false),
+        ] {
+            let tokens: &[Secret] = if auth { &token } else { &[] };
+            let w = open_port_warning(addr.parse().unwrap(), tokens);
+            assert_eq!(w.is_some(), warned, "{addr} auth={auth}: {w:?}");
+            if let Some(w) = w {
+                assert!(w.contains("--client-tokens-file") && w.contains(addr), "{w}");
+            }
+        }
+    }
 }

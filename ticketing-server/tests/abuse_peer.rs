@@ -25,7 +25,7 @@ fn node(extra: &[&str]) -> (common::Server, u16, u16) {
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let s = common::Server::with(&[], &args);
+    let s = common::Server::with(&[("TICKETING_PEER_TOKEN", cluster_common::PEER_TOKEN)], &args);
     (s, ports[0], admin)
 }
 
@@ -101,4 +101,62 @@ fn oversized_and_endless_frames_close_the_peer() {
     r2.get_ref().set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
     assert!(!peer_closed(&mut r2), "an idle peer connection must stay open");
     assert_eq!(metric_reaches(admin, "ticketing_peer_bad_frames_total", 2), 2);
+}
+
+/// Announces a frame of `len` body bytes and sends one of them: the frame is
+/// started (its bytes count against the budgets) and never finishes.
+fn start_frame(s: &mut TcpStream, len: u32) {
+    s.write_all(&len.to_be_bytes()).unwrap();
+    s.write_all(b"x").unwrap();
+}
+
+#[test]
+fn a_frame_over_the_connection_budget_closes_the_peer() {
+    let (_s, port, admin) = node(&["--max-peer-in-flight-bytes-per-conn", "1048576"]);
+    // Within the budget: the started frame is waited for.
+    let (mut ok, mut ok_r) = peer_authed(port);
+    start_frame(&mut ok, 1024 * 1024);
+    // Over it: closed before the body is read, logged and counted.
+    let (mut s, mut r) = peer_authed(port);
+    start_frame(&mut s, 1024 * 1024 + 1);
+    assert!(peer_closed(&mut r), "a frame over --max-peer-in-flight-bytes-per-conn must close the connection");
+    assert_eq!(metric_reaches(admin, "ticketing_peer_budget_closed_total", 1), 1);
+    ok_r.get_ref().set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    assert!(!peer_closed(&mut ok_r), "a frame within the budget is not refused");
+    assert_eq!(metric(admin, "ticketing_peer_bad_frames_total"), Some(0), "a budget close is not a bad frame");
+}
+
+#[test]
+fn frames_over_the_node_budget_close_the_peer_that_crossed_it() {
+    let mib = 1024 * 1024;
+    let (_s, port, admin) = node(&[
+        "--max-peer-in-flight-bytes-per-conn",
+        &(12 * mib).to_string(),
+        "--max-peer-in-flight-bytes",
+        &(16 * mib).to_string(),
+    ]);
+    // 10 MiB started on one connection: within both budgets.
+    let (mut a, mut a_r) = peer_authed(port);
+    start_frame(&mut a, 10 * mib as u32);
+    assert_eq!(metric_reaches(admin, "ticketing_peer_in_flight_bytes", 10 * mib as u64), 10 * mib as u64);
+    // 10 MiB more on another: the node's 16 MiB are crossed, that one is closed.
+    let (mut b, mut b_r) = peer_authed(port);
+    start_frame(&mut b, 10 * mib as u32);
+    assert!(peer_closed(&mut b_r), "crossing --max-peer-in-flight-bytes must close the connection");
+    assert_eq!(metric_reaches(admin, "ticketing_peer_budget_closed_total", 1), 1);
+    a_r.get_ref().set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    assert!(!peer_closed(&mut a_r), "the connection within the budget stays");
+    // Once the first connection is gone its bytes leave the node's count: 10 MiB fit again.
+    drop((a, a_r));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric(admin, "ticketing_peer_in_flight_bytes") != Some(0) {
+        assert!(Instant::now() < deadline, "the node's count never went down");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (mut c, mut c_r) = peer_authed(port);
+    start_frame(&mut c, 10 * mib as u32);
+    assert_eq!(metric_reaches(admin, "ticketing_peer_in_flight_bytes", 10 * mib as u64), 10 * mib as u64);
+    c_r.get_ref().set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    assert!(!peer_closed(&mut c_r));
+    assert_eq!(metric(admin, "ticketing_peer_budget_closed_total"), Some(1));
 }

@@ -5,8 +5,6 @@
 mod cluster_common;
 
 use cluster_common::{hello, secs, Client, Cluster};
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 const HOLDER: &str = "0123456789abcdef0123456789abcdef";
@@ -29,13 +27,7 @@ fn connect(port: u16) -> Client {
 
 /// A raw admin GET: (status code, body), whatever the status.
 fn admin_get(port: u16, path: &str) -> (u16, String) {
-    let mut s = TcpStream::connect_timeout(&format!("127.0.0.1:{port}").parse().unwrap(), secs(1)).unwrap();
-    s.set_read_timeout(Some(secs(3))).unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let (head, body) = out.split_once("\r\n\r\n").unwrap();
-    (head[9..12].parse().unwrap(), body.to_owned())
+    ticketing_testkit::http_get_any(port, path).unwrap_or_else(|| panic!("GET {path}: no answer"))
 }
 
 fn json(body: &str) -> serde_json::Value {

@@ -42,10 +42,10 @@ fn peer_handshake_target_check_and_bad_frames() {
     r.read_line(&mut line).unwrap();
     assert_eq!(line, "E auth_failed\n");
 
-    // The right (empty) token; the client label is not accepted as the server's.
+    // The right token; the client label is not accepted as the server's.
     let (mut s, mut r, snonce) = peer_connect(port);
     let cnonce = nonce(&mut rand_core::OsRng);
-    let good = mac(b"", Label::PeerClient, &snonce, &cnonce);
+    let good = mac(PEER_TOKEN.as_bytes(), Label::PeerClient, &snonce, &cnonce);
     s.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), good.to_hex_string()).as_bytes()).unwrap();
     let mut line = String::new();
     r.read_line(&mut line).unwrap();
@@ -55,8 +55,8 @@ fn peer_handshake_target_check_and_bad_frames() {
     assert_eq!(f[1].len(), 32, "a domain id: {line}");
     let id: u64 = f[2].parse().unwrap();
     let smac = Hex32::parse(f[3].as_bytes()).unwrap();
-    assert!(verify(b"", Label::PeerServer, &snonce, &cnonce, &smac));
-    assert!(!verify(b"", Label::PeerClient, &snonce, &cnonce, &smac));
+    assert!(verify(PEER_TOKEN.as_bytes(), Label::PeerServer, &snonce, &cnonce, &smac));
+    assert!(!verify(PEER_TOKEN.as_bytes(), Label::PeerClient, &snonce, &cnonce, &smac));
 
     // Status for another NodeId: refused; for this one: answered, id echoed, pipelined.
     frame(&mut s, 5, id ^ 1, None);

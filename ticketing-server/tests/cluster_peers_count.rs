@@ -1,7 +1,7 @@
 //! docs/deployment.md, "A 3-node cluster": only 3 or 5 voters; any other peer count exits 2 with a clear message.
 
 mod cluster_common;
-use cluster_common::{free_port, BIN};
+use cluster_common::{free_port, BIN, PEER_TOKEN};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,6 +12,7 @@ fn peer_counts_other_than_3_or_5_exit_2() {
         let mut child = Command::new(BIN)
             .args(["--listen", &format!("127.0.0.1:{}", free_port())])
             .args(["--peer-listen", &peers[0], "--peers", &peers.join(",")])
+            .env("TICKETING_PEER_TOKEN", PEER_TOKEN)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

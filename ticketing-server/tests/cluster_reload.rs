@@ -58,7 +58,7 @@ async fn dial(port: u16, client: &Pki, ca: &Path, token: &[u8]) -> Result<Vec<u8
     let served = stream.get_ref().1.peer_certificates().unwrap()[0].to_vec();
     let (r, mut w) = tokio::io::split(stream);
     let mut r = BufReader::new(r);
-    within(Duration::from_secs(8), "peer handshake", wire::dial_handshake(&mut r, &mut w, token, None)).await?;
+    within(Duration::from_secs(8), "peer handshake", wire::dial_handshake(&mut r, &mut w, Some(token), None)).await?;
     Ok(served)
 }
 

@@ -160,3 +160,36 @@ async fn stepping_down_closes_clients_with_m_and_a_new_term_restarts_leases() {
     c.release(2, "lk", &me, token).await;
     c.expect("R 2 lk").await;
 }
+
+#[tokio::test]
+async fn a_merged_leadership_flap_closes_every_old_connection() {
+    let serving = |epoch| Leadership { serving: true, active: true, leader: None, epoch };
+    let n = Node::start(serving(1)).await;
+    // A holder, a waiter and an idle connection, all of epoch 1.
+    let mut h = Client::raw(&n.addr).await;
+    h.auth(b"").await.unwrap();
+    let _token = h.grab(1, "flap", &owner(), 30).await;
+    let mut w = Client::raw(&n.addr).await;
+    w.auth(b"").await.unwrap();
+    w.acquire(1, "flap", &owner(), 30, 5).await;
+    w.send(b"P 2\n").await;
+    w.expect("P 2").await;
+    let mut idle = Client::raw(&n.addr).await;
+    idle.auth(b"").await.unwrap();
+    idle.send(b"P 1\n").await;
+    idle.expect("P 1").await;
+    // "Not serving" then "serving again" seen as ONE update: only the epoch moved.
+    n.set(serving(2));
+    for c in [&mut h, &mut w, &mut idle] {
+        c.expect_error("no_leader").await;
+    }
+    // A connection of the new epoch is served and stays open.
+    let mut c = Client::raw(&n.addr).await;
+    c.auth(b"").await.unwrap();
+    c.send(b"P 3\n").await;
+    c.expect("P 3").await;
+    let o = owner();
+    c.grab(4, "other", &o, 5).await;
+    c.send(b"P 5\n").await;
+    c.expect("P 5").await;
+}

@@ -8,35 +8,23 @@
 //! its own proxy, the link `i → i`, which no fault touches). No server
 //! change is needed.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
 use crate::proxy::Net;
 
-/// A free loopback port below the kernel's ephemeral range (so no outgoing
-/// connection takes it between this check and the server's bind).
+pub use ticketing_testkit::PEER_TOKEN;
+
+/// A free loopback port below the kernel's ephemeral range
+/// ([`ticketing_testkit::try_free_port`]).
 pub fn free_port() -> anyhow::Result<u16> {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let base = 20_000 + (std::process::id() % 97) * 123;
-    for _ in 0..12_000 {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let mut port = base + n % 12_000;
-        if port >= 32_000 {
-            port -= 12_000;
-        }
-        if TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
-            return Ok(port as u16);
-        }
-    }
-    anyhow::bail!("no free loopback port below 32000")
+    ticketing_testkit::try_free_port().ok_or_else(|| anyhow::anyhow!("no free loopback port below 32000"))
 }
 
 /// One node slot: fixed addresses, the current process.
@@ -93,25 +81,14 @@ impl Cluster {
         let node = &mut self.nodes[i];
         node.starts += 1;
         let log = std::fs::File::create(self.dir.join(format!("node{}-{}.log", i, node.starts)))?;
-        let mut cmd = Command::new(&self.bin);
-        cmd.arg("--listen")
-            .arg(format!("127.0.0.1:{}", node.client))
-            .arg("--advertise")
-            .arg(format!("127.0.0.1:{}", node.client))
-            .arg("--admin-listen")
-            .arg(format!("127.0.0.1:{}", node.admin))
-            .env("RUST_LOG", "info")
-            .env_remove("TICKETING_CLIENT_TOKENS")
-            .env_remove("TICKETING_PEER_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        if !standalone {
-            cmd.arg("--peer-listen").arg(format!("127.0.0.1:{}", node.peer)).arg("--peers").arg(&peers);
-            if bootstrap {
-                cmd.arg("--bootstrap");
-            }
-        }
+        let spec = ticketing_testkit::NodeArgs {
+            client: node.client,
+            peer: node.peer,
+            admin: node.admin,
+            peers: if standalone { "" } else { &peers },
+            bootstrap,
+        };
+        let mut cmd = ticketing_testkit::node_command(&self.bin, &spec, log);
         if self.durable {
             cmd.arg("--data-dir").arg(&data);
         }
@@ -225,16 +202,8 @@ impl Drop for Cluster {
     }
 }
 
-/// A raw HTTP/1.1 GET on 127.0.0.1:`port`; the body of a 200 answer.
+/// A raw HTTP/1.1 GET on 127.0.0.1:`port`; the body of a 200 answer
+/// within 1 s ([`ticketing_testkit::http_get_async`]).
 pub async fn http_get(port: u16, path: &str) -> Option<String> {
-    let fut = async {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).await.ok()?;
-        let mut out = Vec::new();
-        s.read_to_end(&mut out).await.ok()?;
-        let out = String::from_utf8(out).ok()?;
-        let (head, body) = out.split_once("\r\n\r\n")?;
-        head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
-    };
-    tokio::time::timeout(Duration::from_secs(1), fut).await.ok().flatten()
+    ticketing_testkit::http_get_async(port, path).await
 }

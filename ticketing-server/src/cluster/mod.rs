@@ -37,10 +37,11 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use ticketing_proto::auth::Secret;
 use ticketing_proto::Addr;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 use types::{DomainId, NodeId, NodeInfo, Raft};
 
 /// THE peer-count rule (docs/deployment.md, "A 3-node cluster"): a cluster
@@ -58,9 +59,13 @@ pub struct ClusterConfig {
     pub peers: Vec<String>,
     /// Create a new fencing domain.
     pub bootstrap: bool,
-    /// The peer tokens (the first is sent, any is accepted; none = the empty
-    /// token), replaced on reload.
+    /// The peer tokens (the first is sent, any is accepted), replaced on
+    /// reload. None: the peers authenticate by mutual TLS alone, or (with
+    /// `unauthenticated_peers`) not at all.
     pub peer_tokens: Arc<PeerTokens>,
+    /// `--insecure-unauthenticated-peers`: may run with neither a peer token
+    /// nor peer TLS (warned about at every start).
+    pub unauthenticated_peers: bool,
     /// Mutual TLS between peers (`None`: plain TCP), replaced on reload.
     pub peer_tls: Arc<Current<Option<PeerTls>>>,
     /// This node's client address, announced in `M`/`L`.
@@ -94,6 +99,7 @@ impl ClusterConfig {
             bootstrap: cfg.bootstrap,
             peer_tokens: material.peer_tokens.clone(),
             peer_tls: material.peer_tls.clone(),
+            unauthenticated_peers: cfg.insecure_unauthenticated_peers,
             advertise,
             admin: cfg.admin_listen.clone(),
             heartbeat_ms: cfg.heartbeat_ms,
@@ -103,6 +109,8 @@ impl ClusterConfig {
                 max_connections: cfg.limits.max_peer_connections,
                 handshake_timeout: cfg.peer_handshake_timeout,
                 frame_timeout: cfg.peer_frame_timeout,
+                max_conn_bytes: cfg.limits.max_peer_in_flight_bytes_per_conn,
+                max_node_bytes: cfg.limits.max_peer_in_flight_bytes,
                 metrics: Default::default(),
             },
             commit_seconds: None,
@@ -132,6 +140,8 @@ pub enum ClusterError {
     BootstrapRefused(membership::BootstrapRefusal),
     /// The data dir cannot be used (durable mode).
     DataDir(DataDirError),
+    /// Neither a peer token nor peer mutual TLS, without the explicit opt-out.
+    PeerAuthMissing,
 }
 
 impl fmt::Display for ClusterError {
@@ -143,6 +153,7 @@ impl fmt::Display for ClusterError {
             ClusterError::RaftStart(e) => write!(f, "cannot start Raft: {e}"),
             ClusterError::BootstrapRefused(why) => write!(f, "bootstrap refused: {why}"),
             ClusterError::DataDir(e) => e.fmt(f),
+            ClusterError::PeerAuthMissing => f.write_str(crate::config::PEER_AUTH_MISSING),
         }
     }
 }
@@ -155,7 +166,7 @@ impl std::error::Error for ClusterError {
             ClusterError::RaftStart(e) => Some(e),
             ClusterError::BootstrapRefused(e) => Some(e),
             ClusterError::DataDir(e) => Some(e),
-            ClusterError::PeerCount(_) => None,
+            ClusterError::PeerCount(_) | ClusterError::PeerAuthMissing => None,
         }
     }
 }
@@ -168,6 +179,10 @@ pub struct Node {
     pub tokens: Arc<PeerTokens>,
     /// Mutual TLS between peers, or `None` for plain TCP (replaced on reload).
     pub tls: Arc<Current<Option<PeerTls>>>,
+    /// `--insecure-unauthenticated-peers`.
+    pub unauthenticated_peers: bool,
+    /// The quorum-ack limit (`election_timeout_max`; see [`late::gate_limit`]).
+    pub quorum_limit: Duration,
     /// The peer port's abuse limits.
     pub limits: peer::PeerLimits,
     /// This node's client address.
@@ -212,6 +227,15 @@ impl Node {
             }
             Some(mine) => mine == d,
         }
+    }
+
+    /// Whether the peer handshake checks a peer token: `false` when the
+    /// node has none and the peers authenticate by mutual TLS alone, or
+    /// deliberately not at all (`--insecure-unauthenticated-peers`). A node
+    /// with neither does not start; if one ever ran, its handshake would
+    /// check against no token at all and accept no peer.
+    pub fn checks_tokens(&self, tokens: &[Secret]) -> bool {
+        !tokens.is_empty() || !(self.tls.get().is_some() || self.unauthenticated_peers)
     }
 
     /// This node is the leader with a live quorum and serves clients.
@@ -416,6 +440,16 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
     if !peer_count_ok(cfg.peers.len()) {
         return Err(ClusterError::PeerCount(cfg.peers.len()));
     }
+    let tls_on = cfg.peer_tls.get().is_some();
+    if cfg.peer_tokens.get().is_empty() && !tls_on {
+        if !cfg.unauthenticated_peers {
+            return Err(ClusterError::PeerAuthMissing);
+        }
+        warn!(
+            "--insecure-unauthenticated-peers: the peer port authenticates NOBODY (no peer token, no peer TLS); \
+             anyone who reaches it can join the cluster and forge grants. Throw-away tests only"
+        );
+    }
     let listener = TcpListener::bind(&cfg.peer_listen)
         .await
         .map_err(|source| ClusterError::Bind { addr: cfg.peer_listen.clone(), source })?;
@@ -463,6 +497,8 @@ fn new_node(cfg: &ClusterConfig) -> Arc<Node> {
         id,
         tokens: cfg.peer_tokens.clone(),
         tls: cfg.peer_tls.clone(),
+        unauthenticated_peers: cfg.unauthenticated_peers,
+        quorum_limit: Duration::from_millis(cfg.election_timeout_max_ms),
         limits: cfg.limits.clone(),
         client_addr: cfg.advertise.as_str().to_owned(),
         admin_addr: cfg.admin.clone(),
@@ -590,7 +626,7 @@ async fn publish_leadership(rep: Arc<ClusterReplicator>, quorum_limit: Duration)
             }
             _ => None,
         };
-        let quorum_ok = ack_at.is_some_and(|at| now.duration_since(at) <= quorum_limit);
+        let quorum_ok = late::quorum_acked(ack_at, now, quorum_limit);
         let membership = m.membership_config.membership();
         let member = membership.get_node(&rep.node.id).is_some();
         let active = rep.node.domain().is_some() && member;

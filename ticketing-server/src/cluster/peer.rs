@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
@@ -51,6 +51,12 @@ pub struct PeerLimits {
     pub handshake_timeout: Duration,
     /// `--peer-frame-timeout`: time a started frame has to arrive whole.
     pub frame_timeout: Duration,
+    /// `--max-peer-in-flight-bytes-per-conn`: request bytes one accepted
+    /// connection may have in flight (read, not yet answered).
+    pub max_conn_bytes: usize,
+    /// `--max-peer-in-flight-bytes`: the same over all accepted connections
+    /// (counted in the gauge `metrics.peer_in_flight_bytes`).
+    pub max_node_bytes: usize,
     /// Counters of what these limits refused or closed.
     pub metrics: LimitMetrics,
 }
@@ -62,6 +68,8 @@ impl Default for PeerLimits {
             max_connections: d.limits.max_peer_connections,
             handshake_timeout: d.peer_handshake_timeout,
             frame_timeout: d.peer_frame_timeout,
+            max_conn_bytes: d.limits.max_peer_in_flight_bytes_per_conn,
+            max_node_bytes: d.limits.max_peer_in_flight_bytes,
             metrics: LimitMetrics::default(),
         }
     }
@@ -143,7 +151,8 @@ async fn serve_conn(stream: TcpStream, from: SocketAddr, node: Arc<Node>) -> Res
     let mut r = BufReader::new(r);
     let limits = &node.limits;
     let tokens = node.tokens.get();
-    let handshake = wire::accept_handshake(&mut r, &mut w, &tokens, node.id, node.domain(), limits.handshake_timeout);
+    let checked = node.checks_tokens(&tokens).then_some(&tokens[..]);
+    let handshake = wire::accept_handshake(&mut r, &mut w, checked, node.id, node.domain(), limits.handshake_timeout);
     let shaken = match tokio::time::timeout(limits.handshake_timeout, handshake).await {
         Ok(shaken) => shaken,
         // The whole handshake (greeting write included) ran out of time first.
@@ -170,24 +179,83 @@ async fn serve_conn(stream: TcpStream, from: SocketAddr, node: Arc<Node>) -> Res
             return Ok(());
         }
     }
-    serve_frames(r, w, &node).await.inspect_err(|e| {
+    serve_frames(r, w, from, &node).await.inspect_err(|e| {
         if matches!(e, WireError::Protocol(_) | WireError::Timeout) {
             limits.metrics.peer_bad_frames.inc();
         }
     })
 }
 
+/// Request bytes of one accepted connection, counted against its budget
+/// and the node's from the moment a frame's length is known until its
+/// request is served (or the connection is gone).
+struct Budget<'a> {
+    conn: AtomicUsize,
+    limits: &'a PeerLimits,
+}
+
+impl<'a> Budget<'a> {
+    fn new(limits: &'a PeerLimits) -> Budget<'a> {
+        Budget { conn: AtomicUsize::new(0), limits }
+    }
+
+    /// Counts a frame of `n` bytes; `false` (nothing counted) when that
+    /// takes the connection over its budget or the node over its own.
+    fn admit(&self, n: usize) -> bool {
+        let on_conn = self.conn.fetch_add(n, Ordering::AcqRel) + n;
+        let on_node = self.node().inc_by(n as i64) + n as i64;
+        if on_conn <= self.limits.max_conn_bytes && on_node <= self.limits.max_node_bytes as i64 {
+            return true;
+        }
+        self.release(n);
+        false
+    }
+
+    fn release(&self, n: usize) {
+        self.conn.fetch_sub(n, Ordering::AcqRel);
+        self.node().dec_by(n as i64);
+    }
+
+    /// The node's count: request bytes in flight on every accepted connection.
+    fn node(&self) -> &prometheus_client::metrics::gauge::Gauge {
+        &self.limits.metrics.peer_in_flight_bytes
+    }
+}
+
+impl Drop for Budget<'_> {
+    /// What is still counted (a started frame, requests being served) leaves the node's count.
+    fn drop(&mut self) {
+        let left = self.conn.swap(0, Ordering::AcqRel);
+        self.node().dec_by(left as i64);
+    }
+}
+
+/// One request's bytes, released from the [`Budget`] when dropped.
+struct Held<'a>(&'a Budget<'a>, usize);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.release(self.1);
+    }
+}
+
 /// The frames of one accepted connection, in this one task: requests are
 /// read while fewer than [`MAX_PEER_IN_FLIGHT`] are being served (and less
 /// than [`PEER_ANSWER_BYTES`] of answers wait), served concurrently, and
 /// their answers written as they finish, all finished answers in one
-/// write. No task per frame, no writer task.
-async fn serve_frames<R, W>(r: R, mut w: W, node: &Arc<Node>) -> Result<(), WireError>
+/// write. No task per frame, no writer task. A request that takes the
+/// connection's request bytes in flight over `--max-peer-in-flight-bytes-per-conn`,
+/// or the node's over `--max-peer-in-flight-bytes`, closes the connection
+/// (logged, `ticketing_peer_budget_closed_total`).
+async fn serve_frames<R, W>(r: R, mut w: W, from: SocketAddr, node: &Arc<Node>) -> Result<(), WireError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
     let frame_timeout = node.limits.frame_timeout;
+    // Declared before `running`: dropped after every `Held` in it.
+    let budget = Budget::new(&node.limits);
+    let mut admit = |n| budget.admit(n);
     let mut reader = wire::FrameReader::new(r);
     let mut running = FuturesUnordered::new();
     let mut out: Vec<u8> = Vec::with_capacity(4096);
@@ -222,12 +290,31 @@ where
                 Ok(None) => dirty = false,
                 Err(e) => return Err(e.into()),
             },
-            frame = reader.next(frame_timeout), if can_read => match frame? {
-                Some(env) => running.push(async move {
-                    let id = env.id;
-                    (id, respond(node, env).await)
-                }),
-                None => ended = true,
+            frame = reader.next_admitted(frame_timeout, &mut admit), if can_read => match frame? {
+                wire::Read::Frame(env, n) => {
+                    let held = Held(&budget, n);
+                    running.push(async move {
+                        let id = env.id;
+                        let body = respond(node, env).await;
+                        drop(held);
+                        (id, body)
+                    })
+                }
+                wire::Read::Refused(n) => {
+                    node.limits.metrics.peer_budget_closed.inc();
+                    warn!(
+                        %from,
+                        frame_bytes = n,
+                        conn_bytes = budget.conn.load(Ordering::Acquire),
+                        node_bytes = node.limits.metrics.peer_in_flight_bytes.get(),
+                        max_conn_bytes = node.limits.max_conn_bytes,
+                        max_node_bytes = node.limits.max_node_bytes,
+                        "peer connection closed: request bytes in flight over \
+                         --max-peer-in-flight-bytes-per-conn or --max-peer-in-flight-bytes"
+                    );
+                    return Ok(());
+                }
+                wire::Read::End => ended = true,
             },
         }
     }
@@ -455,9 +542,15 @@ impl Pool {
         };
         let (r, mut w) = tokio::io::split(stream);
         let mut r = BufReader::new(r);
-        let token = self.node.tokens.get().first().cloned().unwrap_or_default();
+        let tokens = self.node.tokens.get();
+        if self.node.checks_tokens(&tokens) && tokens.is_empty() {
+            return Err(WireError::Refused(HandshakeRefusal::NoPeerAuth));
+        }
+        let token = tokens.first().cloned();
+        drop(tokens);
+        let proof = token.as_ref().map(|t| t.expose());
         let (peer_id, _domain) =
-            wire::dial_handshake(&mut r, &mut w, token.expose(), self.node.domain()).await.map_err(|e| match e {
+            wire::dial_handshake(&mut r, &mut w, proof, self.node.domain()).await.map_err(|e| match e {
                 // With TLS 1.3 the acceptor checks our certificate after our side of the TLS handshake is done.
                 WireError::Io(_) | WireError::Disconnected if tls.is_some() => {
                     WireError::Tls(TlsFailure::ClosedBeforeGreeting)
@@ -546,7 +639,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> PeerClient {
-        PeerClient { pool: self.pool.clone(), target, addr: node.peer.clone(), in_flight: late::Pending::default() }
+        let in_flight = late::Pending::new(late::max_reuse_age(self.pool.node.quorum_limit));
+        PeerClient { pool: self.pool.clone(), target, addr: node.peer.clone(), in_flight }
     }
 }
 
@@ -591,9 +685,11 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             prev: rpc.prev_log_id,
             last: rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id),
         };
+        // Before the write: the follower sees the request after this instant.
+        let at = std::time::Instant::now();
         let sent =
             self.pool.send(&self.addr, Some(self.target), Body::AppendReq(rpc)).await.map_err(transport_error)?;
-        let seq = self.in_flight.push(range.clone(), sent);
+        let seq = self.in_flight.push(range.clone(), at, sent);
         match self.in_flight.answer(seq, &range).await.map_err(transport_error)? {
             Body::AppendResp(r) => r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e))),
             _ => Err(transport_error(RpcError::Unexpected)),

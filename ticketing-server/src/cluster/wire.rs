@@ -263,6 +263,8 @@ pub enum Violation {
     },
     /// An answer that is neither `OK …` nor `E <code>`.
     BadAnswer(Vec<String>),
+    /// A frame refused by the peer byte budgets (its announced length).
+    FrameRefused(usize),
 }
 
 impl fmt::Display for Violation {
@@ -287,6 +289,7 @@ impl fmt::Display for Violation {
             Violation::BadGreeting(fields) => write!(f, "bad peer greeting {fields:?}"),
             Violation::BadAnswerField { field, value } => write!(f, "bad {field} {value:?}"),
             Violation::BadAnswer(fields) => write!(f, "bad handshake answer {fields:?}"),
+            Violation::FrameRefused(n) => write!(f, "frame of {n} bytes refused"),
         }
     }
 }
@@ -383,6 +386,9 @@ pub enum HandshakeRefusal {
         /// The acceptor's.
         theirs: DomainId,
     },
+    /// (Dialer) this node has no peer token and no peer TLS, so it dials no
+    /// peer (docs/security.md, "Peer authentication").
+    NoPeerAuth,
 }
 
 impl HandshakeRefusal {
@@ -390,7 +396,9 @@ impl HandshakeRefusal {
     pub fn code(&self) -> RefusalCode {
         match self {
             HandshakeRefusal::ByPeer { code, .. } => code.clone(),
-            HandshakeRefusal::AuthFailed | HandshakeRefusal::BadProof => RefusalCode::AuthFailed,
+            HandshakeRefusal::AuthFailed | HandshakeRefusal::BadProof | HandshakeRefusal::NoPeerAuth => {
+                RefusalCode::AuthFailed
+            }
             HandshakeRefusal::WrongVersion { .. } => RefusalCode::WrongVersion,
             HandshakeRefusal::WrongDomain { .. } => RefusalCode::WrongDomain,
         }
@@ -420,6 +428,7 @@ impl fmt::Display for HandshakeRefusal {
             HandshakeRefusal::WrongDomain { ours, theirs } => {
                 write!(f, "wrong_domain (peer is in {theirs}, we are in {ours})")
             }
+            HandshakeRefusal::NoPeerAuth => f.write_str("no peer token and no peer TLS: this node dials no peer"),
         }
     }
 }
@@ -556,6 +565,21 @@ pub struct FrameReader<R> {
     buf: BytesMut,
     /// When the started frame in `buf` must be complete (`--peer-frame-timeout`).
     deadline: Option<Instant>,
+    /// The started frame's length was admitted (`next_admitted`).
+    admitted: bool,
+}
+
+/// What [`FrameReader::next_admitted`] read. (Returned by value once per
+/// frame, never stored: boxing the envelope would only add an allocation.)
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub enum Read {
+    /// A whole frame (its body was this many bytes).
+    Frame(Envelope, usize),
+    /// A clean end of stream between frames.
+    End,
+    /// `admit` refused a frame of this body length; its body was not read.
+    Refused(usize),
 }
 
 /// Read size while no frame is started, and the most the buffer grows by
@@ -565,7 +589,7 @@ const READ_CHUNK: usize = 64 * 1024;
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// Reads frames from `r`.
     pub fn new(r: R) -> FrameReader<R> {
-        FrameReader { r, buf: BytesMut::with_capacity(8 * 1024), deadline: None }
+        FrameReader { r, buf: BytesMut::with_capacity(8 * 1024), deadline: None, admitted: false }
     }
 
     /// The next frame; `Ok(None)` at a clean end of stream between frames.
@@ -575,9 +599,26 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// refused before its body is read. Cancel-safe: dropping the future
     /// loses nothing.
     pub async fn next(&mut self, limit: Duration) -> Result<Option<Envelope>, WireError> {
+        match self.next_admitted(limit, &mut |_| true).await? {
+            Read::Frame(env, _) => Ok(Some(env)),
+            Read::End => Ok(None),
+            Read::Refused(n) => Err(WireError::Protocol(Violation::FrameRefused(n))),
+        }
+    }
+
+    /// [`FrameReader::next`], asking `admit(body_len)` once per frame as soon
+    /// as its length prefix is in, before its body is read (so a budget can
+    /// count the bytes a started frame will hold). Cancel-safe like `next`.
+    pub async fn next_admitted(
+        &mut self,
+        limit: Duration,
+        admit: &mut (dyn FnMut(usize) -> bool + Send),
+    ) -> Result<Read, WireError> {
         loop {
-            if let Some(env) = self.take()? {
-                return Ok(Some(env));
+            match self.take(admit)? {
+                Taken::Frame(env, n) => return Ok(Read::Frame(env, n)),
+                Taken::Refused(n) => return Ok(Read::Refused(n)),
+                Taken::More => {}
             }
             if !self.buf.is_empty() && self.deadline.is_none() {
                 self.deadline = Some(Instant::now() + limit);
@@ -590,25 +631,32 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 },
             };
             if n == 0 {
-                return if self.buf.is_empty() { Ok(None) } else { Err(WireError::Protocol(Violation::CutFrame)) };
+                return if self.buf.is_empty() { Ok(Read::End) } else { Err(WireError::Protocol(Violation::CutFrame)) };
             }
         }
     }
 
     /// A whole frame from the buffer, if there is one; otherwise makes room
-    /// for the rest of the started one.
-    fn take(&mut self) -> Result<Option<Envelope>, WireError> {
+    /// for the rest of the started one (once `admit` took its length).
+    fn take(&mut self, admit: &mut (dyn FnMut(usize) -> bool + Send)) -> Result<Taken, WireError> {
         let need = if self.buf.len() >= 4 {
             let n = frame_len([self.buf[0], self.buf[1], self.buf[2], self.buf[3]])?;
+            if !self.admitted {
+                if !admit(n) {
+                    return Ok(Taken::Refused(n));
+                }
+                self.admitted = true;
+            }
             if self.buf.len() >= 4 + n {
                 let env = decode_body(&self.buf[4..4 + n]);
                 self.buf.advance(4 + n);
+                self.admitted = false;
                 self.deadline = None;
                 if self.buf.is_empty() && self.buf.capacity() > 4 * READ_CHUNK {
                     // Do not keep a snapshot chunk's buffer on an idle link.
                     self.buf = BytesMut::with_capacity(8 * 1024);
                 }
-                return env.map(Some);
+                return env.map(|env| Taken::Frame(env, n));
             }
             4 + n - self.buf.len()
         } else {
@@ -618,8 +666,16 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         if spare < need.min(READ_CHUNK) {
             self.buf.reserve(need.min(READ_CHUNK));
         }
-        Ok(None)
+        Ok(Taken::More)
     }
+}
+
+/// What [`FrameReader::take`] found in the buffer.
+#[allow(clippy::large_enum_variant)]
+enum Taken {
+    Frame(Envelope, usize),
+    Refused(usize),
+    More,
 }
 
 /// Reads one frame straight from `r` (no read-ahead: bytes after the frame
@@ -679,13 +735,16 @@ fn domain_text(d: Option<DomainId>) -> String {
     d.map(|d| d.to_string()).unwrap_or_else(|| "-".to_owned())
 }
 
-/// Accepting side: greeting, AUTH check with the peer tokens (any of them;
-/// none = the empty token), `OK <domain|-> <node_id> <smac>` with the
-/// matching one.
+/// Accepting side: greeting, AUTH check with the peer tokens (any of them),
+/// `OK <domain|-> <node_id> <smac>` with the matching one. `tokens: None`:
+/// no token is checked (the peers authenticate by mutual TLS alone, or
+/// deliberately not at all): any well-formed AUTH is accepted and the proof
+/// is all zeros, which a dialer with a token refuses. `Some(&[])` accepts
+/// no peer.
 pub async fn accept_handshake<R, W>(
     r: &mut R,
     w: &mut W,
-    tokens: &[Secret],
+    tokens: Option<&[Secret]>,
     own_id: NodeId,
     domain: Option<DomainId>,
     limit: Duration,
@@ -720,15 +779,19 @@ where
         let _ = w.write_all(b"E bad_frame\n").await;
         return Err(Violation::ExpectedAuth(escaped(&line[..line.len().min(80)])).into());
     };
-    let empty = [Secret::default()];
-    let tokens = if tokens.is_empty() { &empty[..] } else { tokens };
-    let Some(token) = tokens.iter().find(|t| auth::verify(t.expose(), Label::PeerClient, &snonce, &cnonce, &cmac))
-    else {
-        let _ = w.write_all(b"E auth_failed\n").await;
-        let _ = w.flush().await;
-        return Err(HandshakeRefusal::AuthFailed.into());
+    let smac = match tokens {
+        None => Hex32([0; 32]),
+        Some(tokens) => {
+            let Some(token) =
+                tokens.iter().find(|t| auth::verify(t.expose(), Label::PeerClient, &snonce, &cnonce, &cmac))
+            else {
+                let _ = w.write_all(b"E auth_failed\n").await;
+                let _ = w.flush().await;
+                return Err(HandshakeRefusal::AuthFailed.into());
+            };
+            auth::mac(token.expose(), Label::PeerServer, &snonce, &cnonce)
+        }
     };
-    let smac = auth::mac(token.expose(), Label::PeerServer, &snonce, &cnonce);
     w.write_all(format!("OK {} {own_id} {}\n", domain_text(domain), smac.to_hex_string()).as_bytes()).await?;
     w.flush().await?;
     Ok(())
@@ -736,11 +799,13 @@ where
 
 /// Dialing side: answers the greeting, verifies the acceptor's proof, and
 /// refuses an acceptor of another domain (`E wrong_domain`). Returns the
-/// acceptor's NodeId and domain.
+/// acceptor's NodeId and domain. `token: None`: no token (mutual TLS alone,
+/// or deliberately unauthenticated): the MAC sent is all zeros and the
+/// acceptor's proof is not checked.
 pub async fn dial_handshake<R, W>(
     r: &mut R,
     w: &mut W,
-    token: &[u8],
+    token: Option<&[u8]>,
     own_domain: Option<DomainId>,
 ) -> Result<(NodeId, Option<DomainId>), WireError>
 where
@@ -763,7 +828,7 @@ where
     }
     .ok_or_else(|| Violation::BadGreeting(greeting.clone()))?;
     let cnonce = auth::nonce(&mut rand_core::OsRng);
-    let cmac = auth::mac(token, Label::PeerClient, &snonce, &cnonce);
+    let cmac = token.map_or(Hex32([0; 32]), |t| auth::mac(t, Label::PeerClient, &snonce, &cnonce));
     w.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), cmac.to_hex_string()).as_bytes()).await?;
     w.flush().await?;
     let answer = read_fields(r).await?;
@@ -776,7 +841,7 @@ where
             };
             let id: NodeId = id.parse().map_err(|_| bad_field("node id", id))?;
             let smac = Hex32::parse(smac.as_bytes()).map_err(|_| bad_field("smac", smac))?;
-            if !auth::verify(token, Label::PeerServer, &snonce, &cnonce, &smac) {
+            if token.is_some_and(|t| !auth::verify(t, Label::PeerServer, &snonce, &cnonce, &smac)) {
                 return Err(HandshakeRefusal::BadProof.into());
             }
             if let (Some(mine), Some(theirs)) = (own_domain, domain) {

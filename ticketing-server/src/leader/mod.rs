@@ -146,8 +146,7 @@ impl AppliedView for LockState {
 /// more than half of it — owner and token together could release the lock,
 /// so the full owner never leaves the leader (docs/deployment.md, "Admin HTTP").
 pub fn owner_prefix(owner: &Owner) -> String {
-    let s = owner.as_str();
-    s[..(s.len() / 2).min(8)].to_owned()
+    owner.prefix().to_owned()
 }
 
 /// The current holder of a key, as the leader projects it.

@@ -60,6 +60,13 @@ pub struct LimitMetrics {
     pub peer_handshake_timeouts: Counter,
     /// Peer connections closed for a bad frame: out of range, not finished within `--peer-frame-timeout`, or not a message.
     pub peer_bad_frames: Counter,
+    /// Peer connections closed for holding more request bytes in flight than
+    /// `--max-peer-in-flight-bytes-per-conn` or, with every other peer
+    /// connection, `--max-peer-in-flight-bytes`.
+    pub peer_budget_closed: Counter,
+    /// Request bytes in flight on all accepted peer connections (started
+    /// frames and requests being served; `--max-peer-in-flight-bytes`).
+    pub peer_in_flight_bytes: Gauge,
 }
 
 impl LimitMetrics {
@@ -101,6 +108,17 @@ impl LimitMetrics {
             "peer_bad_frames",
             "Peer connections closed for an oversized, unfinished (--peer-frame-timeout) or malformed frame",
             &self.peer_bad_frames,
+        );
+        c(
+            registry,
+            "peer_budget_closed",
+            "Peer connections closed for request bytes in flight over --max-peer-in-flight-bytes(-per-conn)",
+            &self.peer_budget_closed,
+        );
+        registry.register(
+            "peer_in_flight_bytes",
+            "Request bytes in flight on the accepted peer connections (--max-peer-in-flight-bytes)",
+            self.peer_in_flight_bytes.clone(),
         );
     }
 }
@@ -310,6 +328,8 @@ mod tests {
             "ticketing_raft_quorum_ack_age_seconds 0.0",
             "ticketing_raft_commit_seconds_count 0",
             "ticketing_max_waiters 0",
+            "ticketing_peer_budget_closed_total 0",
+            "ticketing_peer_in_flight_bytes 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }

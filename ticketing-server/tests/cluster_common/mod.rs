@@ -3,30 +3,14 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_ticketing-server");
 
-/// A free loopback port below the kernel's ephemeral range (32768+), so an
-/// outgoing connection of a running node cannot take it between this check
-/// and the node's bind. Distinct within a test binary; spread by process id
-/// across test binaries.
-pub fn free_port() -> u16 {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let base = 20_000 + (std::process::id() % 100) * 120;
-    loop {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let port = (base + n % 12_000) as u16;
-        let port = if port >= 32_000 { port - 12_000 } else { port };
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-}
+pub use ticketing_testkit::{free_port, http_get, PEER_TOKEN};
 
 pub fn log_dir() -> PathBuf {
     let d = std::env::temp_dir().join(format!("ticketing-cluster-tests-{}", std::process::id()));
@@ -43,6 +27,10 @@ pub struct Node {
     pub starts: u32,
     /// Extra flags for this node's next starts (TLS files, token files).
     pub args: Vec<String>,
+    /// Extra environment for this node's next starts (e.g. `RUST_LOG`).
+    pub env: Vec<(String, String)>,
+    /// Start without `--peers` (a standalone server with this slot's ports).
+    pub standalone: bool,
 }
 
 impl Node {
@@ -68,6 +56,8 @@ impl Cluster {
                 child: None,
                 starts: 0,
                 args: Vec::new(),
+                env: Vec::new(),
+                standalone: false,
             })
             .collect();
         Cluster { nodes, name: name.to_owned() }
@@ -83,27 +73,16 @@ impl Cluster {
         let node = &mut self.nodes[i];
         node.starts += 1;
         let log = log_dir().join(format!("{}-node{}-{}.log", self.name, i, node.starts));
-        let mut cmd = Command::new(BIN);
-        cmd.arg("--listen")
-            .arg(format!("127.0.0.1:{}", node.client))
-            .arg("--advertise")
-            .arg(format!("127.0.0.1:{}", node.client))
-            .arg("--peer-listen")
-            .arg(format!("127.0.0.1:{}", node.peer))
-            .arg("--peers")
-            .arg(&peers)
-            .arg("--admin-listen")
-            .arg(format!("127.0.0.1:{}", node.admin))
-            .env("RUST_LOG", "info")
-            .env_remove("TICKETING_CLIENT_TOKENS")
-            .env_remove("TICKETING_PEER_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap());
-        if bootstrap {
-            cmd.arg("--bootstrap");
-        }
+        let spec = ticketing_testkit::NodeArgs {
+            client: node.client,
+            peer: node.peer,
+            admin: node.admin,
+            peers: if node.standalone { "" } else { &peers },
+            bootstrap,
+        };
+        let mut cmd = ticketing_testkit::node_command(BIN.as_ref(), &spec, std::fs::File::create(log).unwrap());
         cmd.args(&node.args);
+        cmd.envs(node.env.iter().map(|(k, v)| (k, v)));
         node.child = Some(cmd.spawn().expect("spawn ticketing-server"));
     }
 
@@ -260,21 +239,6 @@ pub fn status(port: u16) -> Option<serde_json::Value> {
     serde_json::from_str(&body).ok()
 }
 
-/// A raw HTTP/1.1 GET; the body.
-pub fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut s =
-        TcpStream::connect_timeout(&format!("127.0.0.1:{port}").parse().unwrap(), Duration::from_secs(1)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    let (head, body) = out.split_once("\r\n\r\n")?;
-    if !head.starts_with("HTTP/1.1 200") {
-        return None;
-    }
-    Some(body.to_owned())
-}
-
 /// Parses `A <id> <key> <owner> <token> <waited_ms>` → token.
 pub fn granted_token(line: &str) -> Option<u64> {
     let f: Vec<&str> = line.split(' ').collect();
@@ -340,11 +304,12 @@ pub fn peer_connect(port: u16) -> (TcpStream, BufReader<TcpStream>, ticketing_pr
     (s, r, ticketing_proto::Hex32::parse(snonce.as_bytes()).unwrap())
 }
 
-/// Connects and completes the handshake with the (empty) peer token.
+/// Connects and completes the handshake with the peer token [`PEER_TOKEN`].
 pub fn peer_authed(port: u16) -> (TcpStream, BufReader<TcpStream>) {
     let (mut s, mut r, snonce) = peer_connect(port);
     let cnonce = ticketing_proto::auth::nonce(&mut rand_core::OsRng);
-    let good = ticketing_proto::auth::mac(b"", ticketing_proto::auth::Label::PeerClient, &snonce, &cnonce);
+    let good =
+        ticketing_proto::auth::mac(PEER_TOKEN.as_bytes(), ticketing_proto::auth::Label::PeerClient, &snonce, &cnonce);
     s.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), good.to_hex_string()).as_bytes()).unwrap();
     let mut line = String::new();
     r.read_line(&mut line).unwrap();

@@ -349,9 +349,11 @@ async fn an_oversized_length_is_refused_before_its_body() {
     drop(a);
 }
 
+/// A handshake between an acceptor with `server_token` and a dialer with
+/// `client_token` (`None`: no token, as with peer TLS alone or the opt-out).
 async fn pair(
-    server_token: &'static [u8],
-    client_token: &'static [u8],
+    server_token: Option<&'static [u8]>,
+    client_token: Option<&'static [u8]>,
     server_domain: Option<DomainId>,
     client_domain: Option<DomainId>,
 ) -> (Result<(), WireError>, Result<(NodeId, Option<DomainId>), WireError>) {
@@ -360,8 +362,8 @@ async fn pair(
     let (br, mut bw) = split(b);
     let server = tokio::spawn(async move {
         let mut ar = BufReader::new(ar);
-        let tokens = [Secret::new(server_token.to_vec())];
-        accept_handshake(&mut ar, &mut aw, &tokens, NodeId(99), server_domain, Duration::from_secs(2)).await
+        let tokens: Option<Vec<Secret>> = server_token.map(|t| vec![Secret::new(t.to_vec())]);
+        accept_handshake(&mut ar, &mut aw, tokens.as_deref(), NodeId(99), server_domain, Duration::from_secs(2)).await
     });
     let mut br = BufReader::new(br);
     let c = dial_handshake(&mut br, &mut bw, client_token, client_domain).await;
@@ -372,18 +374,52 @@ async fn pair(
 
 #[tokio::test]
 async fn handshake_paths() {
-    let (s, c) = pair(b"t", b"t", Some(DomainId(1)), None).await;
+    let (s, c) = pair(Some(b"t"), Some(b"t"), Some(DomainId(1)), None).await;
     assert_eq!(s, Ok(()));
     assert_eq!(c, Ok((NodeId(99), Some(DomainId(1)))));
-    let (s, c) = pair(b"", b"", None, Some(DomainId(3))).await;
+    // No token on either side (peer TLS alone, or the opt-out): accepted.
+    let (s, c) = pair(None, None, None, Some(DomainId(3))).await;
     assert_eq!((s, c), (Ok(()), Ok((NodeId(99), None))));
-    let (s, c) = pair(b"t", b"u", None, None).await;
+    let (s, c) = pair(Some(b"t"), Some(b"u"), None, None).await;
     assert_eq!(s, Err(WireError::Refused(HandshakeRefusal::AuthFailed)));
     let by_acceptor = HandshakeRefusal::ByPeer { code: RefusalCode::AuthFailed, detail: String::new() };
     assert_eq!(c, Err(WireError::Refused(by_acceptor)));
-    let (_, c) = pair(b"t", b"t", Some(DomainId(1)), Some(DomainId(2))).await;
+    let (_, c) = pair(Some(b"t"), Some(b"t"), Some(DomainId(1)), Some(DomainId(2))).await;
     let wrong = HandshakeRefusal::WrongDomain { ours: DomainId(2), theirs: DomainId(1) };
     assert_eq!(c, Err(WireError::Refused(wrong)));
+}
+
+#[tokio::test]
+async fn a_token_side_refuses_a_side_without_one() {
+    // A dialer without a token is refused by an acceptor with one…
+    let (s, c) = pair(Some(b"t"), None, None, None).await;
+    assert_eq!(s, Err(WireError::Refused(HandshakeRefusal::AuthFailed)));
+    let by_acceptor = HandshakeRefusal::ByPeer { code: RefusalCode::AuthFailed, detail: String::new() };
+    assert_eq!(c, Err(WireError::Refused(by_acceptor)));
+    // …and a dialer with a token refuses an acceptor without one (its proof is zeros).
+    let (_, c) = pair(None, Some(b"t"), None, None).await;
+    assert_eq!(c, Err(WireError::Refused(HandshakeRefusal::BadProof)));
+}
+
+#[tokio::test]
+async fn the_empty_key_opens_nothing() {
+    // Anyone can compute an HMAC under the empty key: an acceptor that checks
+    // tokens but has none (a node without peer auth, which never starts)
+    // accepts no peer, and an acceptor with a token refuses that MAC too.
+    for tokens in [vec![], vec![Secret::from("t")]] {
+        let (a, b) = duplex(4096);
+        let (ar, mut aw) = split(a);
+        let (br, mut bw) = split(b);
+        let server = tokio::spawn(async move {
+            let mut ar = BufReader::new(ar);
+            accept_handshake(&mut ar, &mut aw, Some(&tokens), NodeId(5), None, Duration::from_secs(2)).await
+        });
+        let mut br = BufReader::new(br);
+        let c = dial_handshake(&mut br, &mut bw, Some(b""), None).await;
+        let by_acceptor = HandshakeRefusal::ByPeer { code: RefusalCode::AuthFailed, detail: String::new() };
+        assert_eq!(c, Err(WireError::Refused(by_acceptor)));
+        assert_eq!(server.await.unwrap(), Err(WireError::Refused(HandshakeRefusal::AuthFailed)));
+    }
 }
 
 #[tokio::test]
@@ -400,7 +436,7 @@ async fn another_peer_protocol_version_is_refused_with_a_reason() {
     });
     let (br, mut bw) = split(b);
     let mut br = BufReader::new(br);
-    let got = dial_handshake(&mut br, &mut bw, b"t", None).await;
+    let got = dial_handshake(&mut br, &mut bw, Some(b"t"), None).await;
     assert_eq!(got, Err(WireError::Refused(HandshakeRefusal::WrongVersion { theirs: "1".into() })));
     assert!(got.unwrap_err().to_string().contains("wrong_version"));
     // The old acceptor is told why (it logs the line it got instead of AUTH).
@@ -412,7 +448,7 @@ async fn another_peer_protocol_version_is_refused_with_a_reason() {
     let (br, mut bw) = split(b);
     let acceptor = tokio::spawn(async move {
         let mut ar = BufReader::new(ar);
-        accept_handshake(&mut ar, &mut aw, &[], NodeId(1), None, Duration::from_secs(5)).await
+        accept_handshake(&mut ar, &mut aw, None, NodeId(1), None, Duration::from_secs(5)).await
     });
     let mut br = BufReader::new(br);
     let mut greeting = String::new();
@@ -429,7 +465,7 @@ async fn another_peer_protocol_version_is_refused_with_a_reason() {
     let (ar, mut aw) = split(a);
     let acceptor = tokio::spawn(async move {
         let mut ar = BufReader::new(ar);
-        accept_handshake(&mut ar, &mut aw, &[], NodeId(1), None, Duration::from_secs(5)).await
+        accept_handshake(&mut ar, &mut aw, None, NodeId(1), None, Duration::from_secs(5)).await
     });
     let mut b = BufReader::new(b);
     let mut greeting = String::new();
@@ -449,10 +485,10 @@ async fn during_a_rotation_both_tokens_are_accepted_and_the_proof_uses_the_match
         let server = tokio::spawn(async move {
             let mut ar = BufReader::new(ar);
             let tokens = [Secret::from("new"), Secret::from("old")];
-            accept_handshake(&mut ar, &mut aw, &tokens, NodeId(7), None, Duration::from_secs(2)).await
+            accept_handshake(&mut ar, &mut aw, Some(&tokens), NodeId(7), None, Duration::from_secs(2)).await
         });
         let mut br = BufReader::new(br);
-        assert_eq!(dial_handshake(&mut br, &mut bw, dialer, None).await, Ok((NodeId(7), None)));
+        assert_eq!(dial_handshake(&mut br, &mut bw, Some(dialer), None).await, Ok((NodeId(7), None)));
         assert_eq!(server.await.unwrap(), Ok(()));
     }
 }
