@@ -9,6 +9,7 @@ mod procs;
 mod stats;
 mod system;
 mod w4;
+mod w5;
 mod workloads;
 
 #[cfg(feature = "peers")]
@@ -66,7 +67,7 @@ struct Args {
     /// The system under test.
     #[arg(long, value_enum, default_value = "ticketing")]
     system: SystemArg,
-    /// Workloads, comma-separated: w1, w2, w3, w4.
+    /// Workloads, comma-separated: w1, w2, w3, w4, w5.
     #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3")]
     workload: Vec<String>,
     /// Seconds per run.
@@ -93,6 +94,9 @@ struct Args {
     /// W4: waiters to queue on held keys.
     #[arg(long, default_value_t = 10_000)]
     waiters: usize,
+    /// W5: grant/release pairs (250 s leases) over which the leader's RSS is sampled.
+    #[arg(long, default_value_t = 1_000_000)]
+    pairs: u64,
     /// W4: client connections to hold.
     #[arg(long, default_value_t = 1_000)]
     conns: usize,
@@ -242,7 +246,17 @@ impl Ctx {
                 out.push(w4::w4(system, &servers, &backend.broker, &p).await);
                 backend.close().await;
             }
-            other => anyhow::bail!("unknown workload {other:?}: w1, w2, w3 or w4"),
+            "w5" => {
+                if !ticketing {
+                    anyhow::bail!("W5 runs against Ticketing only");
+                }
+                let pairs = if self.args.smoke { 50_000 } else { self.args.pairs };
+                let (servers, backend) = self.ticketing(Vec::new()).await?;
+                let b: Arc<dyn Backend> = backend.clone();
+                out.push(w5::w5(system, &servers, b, 64, pairs).await);
+                backend.close().await;
+            }
+            other => anyhow::bail!("unknown workload {other:?}: w1, w2, w3, w4 or w5"),
         }
         Ok(out)
     }
