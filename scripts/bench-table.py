@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """BENCHMARKS.md from the lines of one scripts/bench-peers run.
 
-usage: bench-table.py RESULTS MACHINE  (RESULTS: ticketing-bench output lines)
+usage: bench-table.py RESULTS MACHINE [LOADS]
+       bench-table.py --from BENCHMARKS.md   (re-render from the report's own raw lines)
+
+RESULTS: ticketing-bench output lines; MACHINE: one fact a line; LOADS: the
+load samples bench-peers took during the run. Everything in the output comes
+from these inputs: commentary and goals belong in docs/benchmarks.md.
 """
 import sys
 
@@ -13,21 +18,45 @@ SYSTEMS = [
     ("ticketing", "yes", "Ticketing 3 nodes durable"),
     ("ticketing-standalone", "yes", "Ticketing standalone durable"),
     ("etcd", "yes", "etcd 3 nodes"),
+    ("etcd", "no", "etcd 3 nodes no fsync"),
     ("zookeeper", "yes", "ZooKeeper 3 nodes"),
     ("redis", "no", "Redis 1 node"),
 ]
-# What a line without `fsync=` (older runs) means.
+# What a line without `fsync=` (runs before the field existed) means.
 FSYNC_DEFAULT = {"etcd": "yes", "zookeeper": "yes"}
 
+RAW_START = "```text"
 
-def parse(path):
+
+def parse_lines(lines):
     runs = []
-    for line in open(path):
+    for line in lines:
         line = line.strip()
         if not line.startswith("system="):
             continue
         runs.append(dict(f.split("=", 1) for f in line.split() if "=" in f))
     return runs
+
+
+def from_report(path):
+    """The machine facts, raw lines and load samples stored in a BENCHMARKS.md."""
+    machine, raw, loads = [], [], []
+    block = None
+    seen_table = False
+    for line in open(path):
+        s = line.rstrip("\n")
+        if s.startswith("```"):
+            block = None if block else ("loads" if "load" in s else "raw")
+            continue
+        if block == "raw":
+            raw.append(s)
+        elif block == "loads":
+            loads.append(s)
+        elif s.startswith("|"):
+            seen_table = True
+        elif s.startswith("- ") and not seen_table and ":" in s:
+            machine.append(s[2:])
+    return raw, machine, loads
 
 
 def find(runs, system, workload, fsync=None, **extra):
@@ -50,18 +79,34 @@ def ms(us):
     return "—" if us is None else f"{us / 1000:.2f}"
 
 
+def dups(r):
+    """Duplicate grants, or why there is no figure: lines from before the
+    cross-client hold check (no `holds_checked`) did not record holds."""
+    if "holds_checked" not in r:
+        return "not recorded (older bench)"
+    return f"{r.get('dup_grants')} in {r.get('holds_checked')} holds"
+
+
 def main():
-    runs = parse(sys.argv[1])
+    if len(sys.argv) == 3 and sys.argv[1] == "--from":
+        raw, machine, loads = from_report(sys.argv[2])
+    elif len(sys.argv) in (3, 4):
+        raw = [line.rstrip("\n") for line in open(sys.argv[1])]
+        machine = open(sys.argv[2]).read().strip().splitlines()
+        loads = open(sys.argv[3]).read().strip().splitlines() if len(sys.argv) == 4 else []
+    else:
+        sys.exit(__doc__.strip())
+    raw = [line for line in raw if line.startswith("system=")]
+    runs = parse_lines(raw)
     if not runs:
         sys.exit("bench-table.py: no result lines")
-    machine = open(sys.argv[2]).read().strip().splitlines()
     out = []
     w = out.append
     w("# Benchmarks")
     w("")
-    w("One run of `scripts/bench-peers` on one machine: every server and the load generator")
-    w("share it, on loopback. Only the ratios within this one run mean anything; absolute")
-    w("figures move up to 2x between runs on a shared machine. Workloads and fields:")
+    w("Written entirely by `scripts/bench-peers` from one run on one machine (every server and")
+    w("the load generator share it, on loopback); do not edit it by hand. Only the ratios within")
+    w("this one run mean anything. Workloads, fields, how to read this report and the goals:")
     w("[docs/benchmarks.md](docs/benchmarks.md).")
     w("")
     for m in machine:
@@ -83,12 +128,15 @@ def main():
         ("W1 C=1 acquire p50 / p99 ms", "W1", {"clients": "1"}, "lat"),
         ("W1 C=64 pairs/s", "W1", {"clients": "64"}, "ops_s"),
         ("W1 C=64 acquire p50 / p99 ms", "W1", {"clients": "64"}, "lat"),
+        ("W1 C=64 duplicate grants", "W1", {"clients": "64"}, "dups"),
         ("W2 16 on 1 key, hand-overs/s", "W2", {}, "ops_s"),
         ("W2 release→next grant p50 / p99 ms", "W2", {}, "lat"),
         ("W2 grants per client max/min", "W2", {}, "fair"),
+        ("W2 duplicate grants", "W2", {}, "dups"),
         ("W3 kill -9 leader → new leader s", "W3", {"failover": None}, "leader_s"),
         ("W3 kill -9 leader → first grant s", "W3", {"failover": None}, "first_grant_s"),
-        ("W3 Indeterminate / duplicate grants", "W3", {"failover": None}, "w3err"),
+        ("W3 Indeterminate", "W3", {"failover": None}, "indeterminate"),
+        ("W3 duplicate grants", "W3", {"failover": None}, "dups"),
     ]
     w("| workload | " + " | ".join(name for _, _, name in SYSTEMS) + " |")
     w("|---|" + "---|" * len(SYSTEMS))
@@ -110,8 +158,8 @@ def main():
                 cells.append(f"{ms(num(r, 'p50_us'))} / {ms(num(r, 'p99_us'))}")
             elif field == "fair":
                 cells.append(f"{r.get('max_grants')}/{r.get('min_grants')} ({r.get('fairness')})")
-            elif field == "w3err":
-                cells.append(f"{r.get('indeterminate')} / {r.get('dup_grants')}")
+            elif field == "dups":
+                cells.append(dups(r))
             else:
                 cells.append(r.get(field, "—"))
         w(f"| {label} | " + " | ".join(cells) + " |")
@@ -120,12 +168,12 @@ def main():
     if fast and "error" not in fast:
         w(f"Ticketing with `--failover fast` (W3, same run): new leader {fast.get('leader_s')} s, "
           f"first grant {fast.get('first_grant_s')} s, {fast.get('indeterminate')} Indeterminate, "
-          f"{fast.get('dup_grants')} duplicate grants.")
+          f"duplicate grants: {dups(fast)}.")
         w("")
     w("## Ratios: Ticketing 3 nodes ÷ system (throughput; above 1 = Ticketing ahead)")
     w("")
     w("Each system against the Ticketing 3-node row of the same fsync column: memory")
-    w("mode against Redis, durable mode against etcd and ZooKeeper (which fsync too).")
+    w("mode against Redis and etcd without fsync, durable mode against etcd and ZooKeeper.")
     w("")
     w("| workload | " + " | ".join(name for _, _, name in SYSTEMS[1:]) + " |")
     w("|---|" + "---|" * (len(SYSTEMS) - 1))
@@ -139,39 +187,34 @@ def main():
             cells.append("—" if not b or not v else f"{b / v:.2f}×")
         w(f"| {label} | " + " | ".join(cells) + " |")
     w("")
-    w("## Reading it")
-    w("")
-    w("- Every system runs on the same 2-core machine as the load generator; the 3-node")
-    w("  systems run three servers on those 2 cores. The `load` line above says how busy")
-    w("  the machine was (other builds ran beside this run when the load is above 2).")
-    w("- Clients: ONE shared client per system and run (Ticketing's `TicketBroker`, one etcd")
-    w("  gRPC channel, one ZooKeeper session, one multiplexed Redis connection); W1 C=64 is")
-    w("  64 concurrent tasks on it. W1/W3 acquires of an own key wait at most 1 s.")
-    w("- etcd: v3 lock API, one lease per client. ZooKeeper: ephemeral-sequential recipe")
-    w("  (create, list, watch the predecessor). Redis: one node, no persistence, no")
-    w("  replication; `SET NX PX` + compare-and-delete; W2 waits by spin-retrying `SET NX`,")
-    w("  so its hand-overs are not FIFO. Ticketing and etcd/ZooKeeper replicate every grant")
-    w("  to a majority before answering.")
-    w("- W3 errors (not shown in the table, see the raw lines): the etcd client keeps")
-    w("  sending some requests to the killed endpoint (fast `transport error`s, retried).")
-    w("")
     w4 = find(runs, "ticketing", "W4")
     if w4 and "error" not in w4:
         w("## W4: memory and capacity (Ticketing 3 nodes)")
         w("")
-        w(f"- filled {w4.get('held_keys')} held keys (wait 0, lease 250 s) at {w4.get('ops_s')} grants/s; "
+        lat = "" if num(w4, "p99_us") in (None, 0.0) else \
+            f", acquire p50 / p99 {ms(num(w4, 'p50_us'))} / {ms(num(w4, 'p99_us'))} ms"
+        w(f"- filled {w4.get('held_keys')} held keys (wait 0, lease 250 s) at {w4.get('ops_s')} grants/s{lat}; "
           f"RSS per node (MB, node order): {w4.get('rss_mb_after_fill')}")
         w(f"- then {w4.get('waiters')} waiters queued: RSS {w4.get('rss_mb_with_waiters')}")
         w(f"- then {w4.get('connections')} client connections held on the leader (asked for "
           f"{w4.get('conns_target')}; opened gradually, stopping after 3 refusals in a row): "
           f"RSS {w4.get('rss_mb_with_conns')}")
         w("")
+    if loads:
+        w("## Load during the run")
+        w("")
+        w("The 1-minute load average every 10 s (`HH:MM:SS load`) and before every step (`step load=…`).")
+        w("")
+        w("```load")
+        for line in loads:
+            w(line)
+        w("```")
+        w("")
     w("## Raw lines")
     w("")
-    w("```")
-    for line in open(sys.argv[1]):
-        if line.startswith("system="):
-            w(line.rstrip())
+    w(RAW_START)
+    for line in raw:
+        w(line)
     w("```")
     print("\n".join(out))
 

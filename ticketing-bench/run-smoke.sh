@@ -3,8 +3,11 @@
 # standalone server and on a 3-node cluster (W3: 9 s), with the debug
 # binaries `cargo build --workspace` leaves in target/debug. It checks that
 # each run produced its line and the invariants (no error, 0 duplicate
-# grants, the W2 fairness numbers present and every client granted, a W3
-# failover seen, W4 filled) -- never a timing threshold.
+# grants in the cross-client check with keys shared between clients, the W2
+# fairness numbers present and every client granted, a W3 failover seen, W4
+# filled) -- never a timing threshold. A deliberately broken lock (the
+# hidden `--system test-grant-all`, which grants everyone) must make the
+# same check report duplicates, so the check is shown able to fail.
 # Last line: "bench-smoke: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +35,14 @@ check() {
     done
     local dup
     dup=$(field "$line" dup_grants)
+    # The cross-client check ran on holds of the run, and (several clients)
+    # on keys more than one client held.
+    if [ "$2" != W4 ]; then
+        [ "$(field "$line" holds_checked)" -gt 0 ] 2>/dev/null || { bad "$name: no holds checked"; return; }
+        if [ "$(field "$line" clients)" -gt 1 ] && ! [ "$(field "$line" shared_keys)" -gt 0 ]; then
+            bad "$name: no key held by two clients"; return
+        fi
+    fi
     case $2 in
         W1)
             [ "$dup" = 0 ] || { bad "$name: dup_grants=$dup"; return; }
@@ -56,7 +67,10 @@ check() {
 
 run() {
     local system=$1 workloads=$2 out
-    out=$(timeout 300 "$BENCH" --system "$system" --smoke --workload "$workloads" --clients 1,8 --server-bin "$SERVER" 2>&1)
+    # 8 clients on 4 shared keys: they contend, so the check compares holds
+    # of different clients back to back.
+    out=$(timeout 300 "$BENCH" --system "$system" --smoke --workload "$workloads" --clients 1,8 --key-space 4 \
+        --server-bin "$SERVER" 2>&1)
     echo "$out" | grep -v '^system=' | tail -n 20
     for w in ${workloads//,/ }; do
         local W=${w^^}
@@ -69,6 +83,18 @@ run() {
 
 run ticketing-standalone w1,w2,w4
 run ticketing w1,w2,w3,w4
+
+# The check can fail: a lock that grants everyone shows duplicates in W1
+# (8 clients on 2 keys) and W2.
+out=$(timeout 60 "$BENCH" --system test-grant-all --smoke --workload w1,w2 --clients 8 --key-space 2 2>&1)
+for W in W1 W2; do
+    l=$(echo "$out" | grep "^system=test-grant-all workload=$W ")
+    if [ -n "$l" ] && [ "$(field "$l" dup_grants)" -gt 0 ] 2>/dev/null; then
+        ok "broken lock $W: duplicates reported (dup_grants=$(field "$l" dup_grants) overlaps=$(field "$l" overlaps))"
+    else
+        bad "broken lock $W: no duplicate reported: ${l:-$out}"
+    fi
+done
 
 # Bad input: a clear error and exit 2, never a panic.
 if out=$("$BENCH" --duration=-1 2>&1); then bad "bad --duration accepted"

@@ -5,6 +5,7 @@
 //! One line per run: `system=… workload=… ops_s=… p50_us=… p99_us=… …`.
 //! docs/benchmarks.md describes every field.
 
+mod holds;
 mod procs;
 mod stats;
 mod system;
@@ -23,7 +24,7 @@ use clap::{Parser, ValueEnum};
 use ticketing_client::TicketBroker;
 
 use crate::procs::Servers;
-use crate::system::{Backend, Ticketing};
+use crate::system::{Backend, GrantAll, Ticketing};
 use crate::workloads::{Killer, Report};
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -38,6 +39,10 @@ enum SystemArg {
     Zookeeper,
     /// Redis `SET NX PX` + compare-and-delete (feature `peers`; `--endpoints`).
     Redis,
+    /// Test only: a broken lock that grants every acquire (the smoke shows
+    /// the duplicate-grant check catches it).
+    #[value(hide = true)]
+    TestGrantAll,
 }
 
 impl SystemArg {
@@ -48,6 +53,7 @@ impl SystemArg {
             SystemArg::Etcd => "etcd",
             SystemArg::Zookeeper => "zookeeper",
             SystemArg::Redis => "redis",
+            SystemArg::TestGrantAll => "test-grant-all",
         }
     }
 }
@@ -76,6 +82,10 @@ struct Args {
     /// W1 client counts, comma-separated: one W1 run each.
     #[arg(long, value_delimiter = ',', default_value = "1,64")]
     clients: Vec<usize>,
+    /// W1/W3 key space: keys shared by all clients (0: one per client; fewer
+    /// than the clients makes them contend).
+    #[arg(long, default_value_t = 0)]
+    key_space: usize,
     /// W2 clients on the one key.
     #[arg(long, default_value_t = 16)]
     w2_clients: usize,
@@ -115,19 +125,30 @@ struct Args {
     /// Ticketing in durable mode: every node with its own `--data-dir` (fsync per batch).
     #[arg(long)]
     durable: bool,
+    /// Peers: the system was started without fsync (etcd `--unsafe-no-fsync`);
+    /// the lines then say `fsync=no`.
+    #[arg(long)]
+    peer_no_fsync: bool,
 }
 
-impl Args {
-    /// Whether the system under test fsyncs before it answers (printed as
-    /// `fsync=` on every line: memory-mode rows do not compare with fsync'd ones).
-    fn fsyncs(&self) -> bool {
-        match self.system {
-            SystemArg::Ticketing | SystemArg::TicketingStandalone => self.durable,
-            // etcd and ZooKeeper fsync their log before they answer (their defaults).
-            SystemArg::Etcd | SystemArg::Zookeeper => true,
-            // Redis's default persistence (RDB snapshots, no AOF fsync per write).
-            SystemArg::Redis => false,
-        }
+/// Whether the system under test fsyncs before it answers, as the bench and
+/// scripts/bench-peers start it (`fsync=` on every line: memory-mode rows do
+/// not compare with fsync'd ones).
+fn fsync_field(args: &Args) -> &'static str {
+    let fsyncs = match args.system {
+        // Durable mode (`--durable`) fsyncs per batch; memory mode does not.
+        SystemArg::Ticketing | SystemArg::TicketingStandalone => args.durable,
+        SystemArg::TestGrantAll => false,
+        // etcd and ZooKeeper fsync their log before they answer (their
+        // defaults), unless started otherwise.
+        SystemArg::Etcd | SystemArg::Zookeeper => !args.peer_no_fsync,
+        // Redis as scripts/bench-peers starts it: no AOF, no snapshots.
+        SystemArg::Redis => false,
+    };
+    if fsyncs {
+        "yes"
+    } else {
+        "no"
     }
 }
 
@@ -183,11 +204,19 @@ impl Ctx {
             "w1" | "w2" => {
                 let counts = if workload == "w1" { self.args.clients.clone() } else { vec![self.args.w2_clients] };
                 for c in counts {
-                    if ticketing {
+                    let ks = self.key_space(c);
+                    if self.args.system == SystemArg::TestGrantAll {
+                        let b: Arc<dyn Backend> = Arc::new(GrantAll::default());
+                        out.push(if workload == "w1" {
+                            workloads::w1(system, b, c, ks, d).await
+                        } else {
+                            workloads::w2(system, b, c, d).await
+                        });
+                    } else if ticketing {
                         let (_servers, backend) = self.ticketing(Vec::new()).await?;
                         let b: Arc<dyn Backend> = backend.clone();
                         out.push(if workload == "w1" {
-                            workloads::w1(system, b, c, d).await
+                            workloads::w1(system, b, c, ks, d).await
                         } else {
                             workloads::w2(system, b, c, d).await
                         });
@@ -195,7 +224,7 @@ impl Ctx {
                     } else {
                         let b = self.peer(c).await?;
                         out.push(if workload == "w1" {
-                            workloads::w1(system, b.clone(), c, d).await
+                            workloads::w1(system, b.clone(), c, ks, d).await
                         } else {
                             workloads::w2(system, b.clone(), c, d).await
                         });
@@ -205,7 +234,8 @@ impl Ctx {
             }
             "w3" => {
                 let c = self.args.w3_clients;
-                if self.args.system == SystemArg::TicketingStandalone {
+                let ks = self.key_space(c);
+                if matches!(self.args.system, SystemArg::TicketingStandalone | SystemArg::TestGrantAll) {
                     anyhow::bail!("W3 kills the leader of a cluster: use --system ticketing");
                 }
                 if ticketing {
@@ -213,7 +243,7 @@ impl Ctx {
                     let servers = Arc::new(std::sync::Mutex::new(servers));
                     let s2 = servers.clone();
                     let kill: Killer = Box::new(move |i| s2.lock().unwrap_or_else(|p| p.into_inner()).kill9(i));
-                    let mut r = workloads::w3(system, backend.clone(), c, d.max(W3_MIN), kill).await;
+                    let mut r = workloads::w3(system, backend.clone(), c, ks, d.max(W3_MIN), kill).await;
                     r.set("failover", format!("{:?}", self.args.failover).to_lowercase());
                     out.push(r);
                     backend.close().await;
@@ -229,7 +259,7 @@ impl Ctx {
                         );
                     });
                     let b = self.peer(c).await?;
-                    out.push(workloads::w3(system, b.clone(), c, d.max(W3_MIN), kill).await);
+                    out.push(workloads::w3(system, b.clone(), c, ks, d.max(W3_MIN), kill).await);
                     b.close().await;
                 }
             }
@@ -261,6 +291,15 @@ impl Ctx {
         Ok(out)
     }
 
+    /// The W1/W3 key space for `clients` clients.
+    fn key_space(&self, clients: usize) -> usize {
+        if self.args.key_space == 0 {
+            clients
+        } else {
+            self.args.key_space
+        }
+    }
+
     #[cfg(feature = "peers")]
     async fn peer(&self, clients: usize) -> anyhow::Result<Arc<dyn Backend>> {
         peers::connect(self.args.system.name(), &self.args.endpoints, clients).await
@@ -286,6 +325,10 @@ async fn main() {
         eprintln!("ticketing-bench: client counts must be 1..=10000");
         std::process::exit(2);
     }
+    if args.key_space > 1_000_000 {
+        eprintln!("ticketing-bench: --key-space must be 0..=1000000");
+        std::process::exit(2);
+    }
     let duration = if args.smoke { Duration::from_secs(2) } else { Duration::from_secs_f64(args.duration) };
     let bin = args.server_bin.clone().unwrap_or_else(procs::default_server_bin);
     let dir = args
@@ -299,7 +342,7 @@ async fn main() {
         match ctx.run(&w).await {
             Ok(reports) => {
                 for mut r in reports {
-                    r.set("fsync", if ctx.args.fsyncs() { "yes" } else { "no" });
+                    r.set("fsync", fsync_field(&ctx.args));
                     println!("{}", r.line());
                 }
             }

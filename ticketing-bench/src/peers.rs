@@ -40,6 +40,8 @@ struct Etcd {
     leases: Vec<i64>,
     /// One client per endpoint, for `leader`.
     each: Vec<Option<etcd_client::Client>>,
+    /// Member id of each endpoint, as its `Status` last said.
+    ids: Mutex<Vec<Option<u64>>>,
 }
 
 /// Lease TTL: longer than any run (no keep-alive needed); a lock whose holder
@@ -60,10 +62,17 @@ impl Etcd {
             leases.push(c.lease_grant(ETCD_LEASE_TTL, None).await?.id());
         }
         let mut each = Vec::new();
+        let mut ids = Vec::new();
         for e in endpoints {
-            each.push(etcd_client::Client::connect([e], Some(opts().with_timeout(Duration::from_secs(1)))).await.ok());
+            let c = etcd_client::Client::connect([e], Some(opts().with_timeout(Duration::from_secs(1)))).await.ok();
+            let id = match &c {
+                Some(c) => c.clone().status().await.ok().and_then(|s| s.header().map(|h| h.member_id())),
+                None => None,
+            };
+            ids.push(id);
+            each.push(c);
         }
-        Ok(Etcd { client, leases, each })
+        Ok(Etcd { client, leases, each, ids: Mutex::new(ids) })
     }
 }
 
@@ -93,27 +102,45 @@ impl Backend for Etcd {
 
     fn leader(&self) -> Fut<'_, Option<usize>> {
         Box::pin(async move {
-            let mut ids = Vec::new();
-            let mut leader = None;
-            for c in &self.each {
-                let st = match c {
-                    Some(c) => {
-                        tokio::time::timeout(Duration::from_secs(1), c.clone().status()).await.ok().and_then(|r| r.ok())
-                    }
-                    None => None,
-                };
-                ids.push(st.as_ref().and_then(|s| s.header().map(|h| h.member_id())));
-                if let Some(s) = st {
-                    if s.leader() != 0 {
-                        leader = Some(s.leader());
+            // Every endpoint at once, a short bound each, and an answer as
+            // soon as a majority replied: a killed endpoint costs no wait,
+            // so W3 sees the new leader at its 20 ms polling step (as with
+            // Ticketing's /status and ZooKeeper's srvr), not a timeout's.
+            let mut set = tokio::task::JoinSet::new();
+            for (i, c) in self.each.iter().enumerate() {
+                let Some(c) = c.clone() else { continue };
+                set.spawn(async move {
+                    let st = tokio::time::timeout(ETCD_STATUS_WAIT, c.clone().status()).await.ok().and_then(|r| r.ok());
+                    (i, st.map(|s| (s.header().map_or(0, |h| h.member_id()), s.leader(), s.raft_term())))
+                });
+            }
+            let majority = self.each.len() / 2 + 1;
+            let mut answers = Vec::new();
+            while let Some(done) = set.join_next().await {
+                if let Ok((i, Some(a))) = done {
+                    answers.push((i, a));
+                    if answers.len() >= majority {
+                        break;
                     }
                 }
             }
-            let leader = leader?;
-            ids.iter().position(|id| *id == Some(leader))
+            set.abort_all();
+            let mut ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
+            for (i, (id, _, _)) in &answers {
+                if *id != 0 {
+                    ids[*i] = Some(*id);
+                }
+            }
+            // The leader of the highest term any of them knows.
+            let (_, (_, leader, _)) =
+                answers.iter().filter(|(_, (_, l, _))| *l != 0).max_by_key(|(_, (_, _, t))| *t)?;
+            ids.iter().position(|id| *id == Some(*leader))
         })
     }
 }
+
+/// Bound on one etcd `Status` call of [`Etcd::leader`].
+const ETCD_STATUS_WAIT: Duration = Duration::from_millis(200);
 
 // --- ZooKeeper -------------------------------------------------------------------
 

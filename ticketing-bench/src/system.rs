@@ -98,3 +98,31 @@ impl Backend for Ticketing {
         Box::pin(async move { self.broker.close().await })
     }
 }
+
+/// A deliberately broken lock for the smoke test of the checker
+/// (`--system test-grant-all`, hidden): it grants every acquire at once,
+/// whoever holds the key, with tokens from one rising counter. The bench's
+/// cross-client check must report its duplicate grants
+/// (ticketing-bench/run-smoke.sh asserts it does).
+#[derive(Default)]
+pub struct GrantAll {
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Backend for GrantAll {
+    fn acquire<'a>(&'a self, _client: usize, _key: &'a str, _wait: Duration, _lease: Duration) -> Fut<'a, Acq> {
+        Box::pin(async move {
+            // A round trip's worth of scheduling, as a network call has.
+            tokio::task::yield_now().await;
+            let token = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            Acq::Granted(Held { token, inner: Box::new(()) })
+        })
+    }
+
+    fn release<'a>(&'a self, _client: usize, _held: Held) -> Fut<'a, Result<(), String>> {
+        Box::pin(async {
+            tokio::task::yield_now().await;
+            Ok(())
+        })
+    }
+}

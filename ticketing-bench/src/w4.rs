@@ -1,7 +1,8 @@
 //! W4 (Ticketing only): memory and capacity. Fill `keys` held keys (wait 0,
-//! lease 250 s, never released), report the grant rate and the RSS of every
-//! node; then queue `waiters` acquires on held keys, then hold `conns`
-//! client connections. The sandbox this was written in refuses new loopback
+//! lease 250 s, never released), report the grant rate, the latency of the
+//! granted acquires (`p50_us`/`p99_us`) and the RSS of every node; then
+//! queue `waiters` acquires on held keys, then hold `conns` client
+//! connections. The sandbox this was written in refuses new loopback
 //! connections past a few hundred at a time, so connections are opened one
 //! broker at a time with a pause, and the report gives what was reached.
 
@@ -12,6 +13,7 @@ use std::time::{Duration, Instant};
 use ticketing_client::TicketBroker;
 
 use crate::procs::{self, Servers};
+use crate::stats::Samples;
 use crate::workloads::Report;
 
 /// Acquires queued per broker: below the 1024 requests a connection may
@@ -83,6 +85,7 @@ pub async fn w4(system: &str, servers: &Servers, broker: &TicketBroker, p: &W4) 
         let first_error = first_error.clone();
         let keys = p.keys;
         tasks.push(tokio::spawn(async move {
+            let mut lat = Samples::default();
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 // A leader change under load makes a few acquires
@@ -91,7 +94,12 @@ pub async fn w4(system: &str, servers: &Servers, broker: &TicketBroker, p: &W4) 
                     break;
                 }
                 let key = format!("w4-{run}-{i}");
-                match broker.acquire(&key, Duration::ZERO, Duration::from_secs(250), Duration::ZERO).await {
+                let t0 = Instant::now();
+                let got = broker.acquire(&key, Duration::ZERO, Duration::from_secs(250), Duration::ZERO).await;
+                if matches!(got, Ok(Some(_))) {
+                    lat.add(t0.elapsed());
+                }
+                match got {
                     Ok(Some(t)) => {
                         granted.fetch_add(1, Ordering::Relaxed);
                         // Held until its lease ends: dropping would release it.
@@ -107,16 +115,20 @@ pub async fn w4(system: &str, servers: &Servers, broker: &TicketBroker, p: &W4) 
                     }
                 }
             }
+            lat
         }));
     }
+    let mut lat = Samples::default();
     for t in tasks {
-        let _ = t.await;
+        if let Ok(l) = t.await {
+            lat.merge(l);
+        }
     }
     let fill = start.elapsed();
     let held = granted.load(Ordering::Relaxed);
     r.set("ops_s", format!("{:.0}", held as f64 / fill.as_secs_f64()))
-        .set("p50_us", 0)
-        .set("p99_us", 0)
+        .set("p50_us", lat.quantile(0.5))
+        .set("p99_us", lat.quantile(0.99))
         .set("held_keys", held)
         .set("fill_failures", failed.load(Ordering::Relaxed))
         .set("fill_brokers", fill_brokers.len())

@@ -2,10 +2,11 @@
 //! `crate::w4`). Every loop ends at the run's deadline; an acquire waits at
 //! most its own bound, so a run ends within deadline + that bound.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::holds::{self, Hold};
 use crate::stats::Samples;
 use crate::system::{Acq, Backend};
 
@@ -40,7 +41,6 @@ struct Counters {
     errors: AtomicU64,
     indeterminate: AtomicU64,
     not_granted: AtomicU64,
-    dup: AtomicU64,
     first_error: Mutex<Option<String>>,
 }
 
@@ -53,22 +53,29 @@ impl Counters {
         }
     }
 
-    fn put(&self, r: &mut Report) {
+    /// The counters and the verdict of the cross-client check of `holds`.
+    fn put(&self, r: &mut Report, holds: Vec<Hold>) {
+        let v = holds::check(holds);
         r.set("errors", self.errors.load(Ordering::Relaxed));
         r.set("not_granted", self.not_granted.load(Ordering::Relaxed));
         r.set("indeterminate", self.indeterminate.load(Ordering::Relaxed));
-        r.set("dup_grants", self.dup.load(Ordering::Relaxed));
+        r.set("dup_grants", v.duplicates());
+        r.set("overlaps", v.overlaps);
+        r.set("token_regressions", v.token_regressions);
+        r.set("holds_checked", v.holds);
+        r.set("shared_keys", v.shared_keys);
         if let Some(e) = self.first_error.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             r.set("first_error", e.replace(' ', "_"));
         }
     }
 }
 
-/// Acquire wait of W1/W3: a key of one's own is free at once, so the bound
-/// only matters while there is no leader; an attempt stuck that long is
-/// given up (Indeterminate where the system may still grant it) and retried
-/// on a new key, so W3's first grant is seen within about a second.
-const OWN_KEY_WAIT: Duration = Duration::from_secs(1);
+/// Acquire wait of W1/W3: a key is free at once unless another client holds
+/// it for a moment, so the bound only matters while there is no leader; an
+/// attempt stuck that long is given up (Indeterminate where the system may
+/// still grant it) and the key retired, so W3's first grant is seen within
+/// about a second.
+const KEY_WAIT: Duration = Duration::from_secs(1);
 /// Lease of W1–W3.
 const LEASE: Duration = Duration::from_secs(30);
 
@@ -79,41 +86,74 @@ struct Failover {
     first_grant: Mutex<Option<Instant>>,
 }
 
-/// W1 (and W3's load): `clients` clients, each on keys of its own, acquire →
-/// release as fast as they can until `deadline`. A key changes after an
-/// Indeterminate (the old one may stay held until its lease ends).
-async fn own_keys(
+/// The key space of W1/W3: `slots` keys shared by every client. A slot's
+/// generation moves on when a hold on it may outlive its holder's view (an
+/// Indeterminate acquire, a failed release): its key then stays held until
+/// its lease ends, so every client moves to the slot's next key.
+struct KeySpace {
+    run: String,
+    generations: Vec<AtomicU32>,
+}
+
+impl KeySpace {
+    fn new(prefix: &str, slots: usize) -> KeySpace {
+        KeySpace {
+            run: format!("{prefix}-{}", std::process::id()),
+            generations: (0..slots.max(1)).map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+
+    /// The key of `slot` now: its name and its id for the hold registry.
+    fn key(&self, slot: usize) -> (String, u64, u32) {
+        let g = self.generations[slot].load(Ordering::Relaxed);
+        (format!("{}-{slot}-{g}", self.run), ((slot as u64) << 32) | u64::from(g), g)
+    }
+
+    /// Retires generation `g` of `slot` (no-op if another client already did).
+    fn retire(&self, slot: usize, g: u32) {
+        let _ = self.generations[slot].compare_exchange(g, g.wrapping_add(1), Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
+/// W1 (and W3's load): `clients` clients acquire → release as fast as they
+/// can until `deadline` on a key space of `key_space` keys shared by all of
+/// them: client `c` takes slot `(c + n) % key_space` for its `n`-th pair, so
+/// with `key_space` = `clients` the clients mostly move in step on distinct
+/// keys, and every key is held by every client in turn; a smaller key
+/// space makes them contend. Every hold is recorded for the cross-client
+/// check; the holder yields to the runtime once while holding, so other
+/// clients' answers (a grant of the same key, if the lock were broken) can
+/// arrive inside its hold.
+async fn shared_keys(
     backend: Arc<dyn Backend>,
     clients: usize,
+    key_space: usize,
     deadline: Instant,
     prefix: &str,
     failover: Option<Arc<Failover>>,
-) -> (Samples, Arc<Counters>) {
+) -> (Samples, Arc<Counters>, Vec<Hold>) {
     let counters = Arc::new(Counters::default());
+    let keys = Arc::new(KeySpace::new(prefix, key_space));
     let mut tasks = Vec::new();
-    let run = format!("{prefix}-{}", std::process::id());
     for c in 0..clients {
         let backend = backend.clone();
         let counters = counters.clone();
         let failover = failover.clone();
-        let run = run.clone();
+        let keys = keys.clone();
         tasks.push(tokio::spawn(async move {
             let mut lat = Samples::default();
-            let mut generation = 0u32;
-            let mut last_token = 0u64;
+            let mut holds = Vec::new();
+            let mut n = 0usize;
             while Instant::now() < deadline {
-                let key = format!("{run}-{c}-{generation}");
+                let slot = (c + n) % keys.generations.len();
+                n += 1;
+                let (key, key_id, generation) = keys.key(slot);
                 let t0 = Instant::now();
-                match backend.acquire(c, &key, OWN_KEY_WAIT, LEASE).await {
+                match backend.acquire(c, &key, KEY_WAIT, LEASE).await {
                     Acq::Granted(held) => {
                         let now = Instant::now();
                         lat.add(now - t0);
-                        if held.token != 0 {
-                            if held.token <= last_token {
-                                counters.dup.fetch_add(1, Ordering::Relaxed);
-                            }
-                            last_token = held.token;
-                        }
+                        let token = held.token;
                         if let Some(f) = &failover {
                             let killed = *f.killed_at.lock().unwrap_or_else(|p| p.into_inner());
                             if killed.is_some_and(|k| t0 > k) {
@@ -123,6 +163,14 @@ async fn own_keys(
                                 }
                             }
                         }
+                        tokio::task::yield_now().await;
+                        holds.push(Hold {
+                            key: key_id,
+                            client: c as u32,
+                            token,
+                            granted: now,
+                            released: Instant::now(),
+                        });
                         match backend.release(c, held).await {
                             Ok(()) => {
                                 if now < deadline {
@@ -131,20 +179,16 @@ async fn own_keys(
                             }
                             Err(e) => {
                                 counters.error(format!("release:{e}"));
-                                generation += 1;
-                                last_token = 0;
+                                keys.retire(slot, generation);
                             }
                         }
                     }
                     Acq::NotGranted => {
                         counters.not_granted.fetch_add(1, Ordering::Relaxed);
-                        generation += 1;
-                        last_token = 0;
                     }
                     Acq::Indeterminate => {
                         counters.indeterminate.fetch_add(1, Ordering::Relaxed);
-                        generation += 1;
-                        last_token = 0;
+                        keys.retire(slot, generation);
                     }
                     Acq::Failed(e) => {
                         counters.error(format!("acquire:{e}"));
@@ -153,22 +197,31 @@ async fn own_keys(
                     }
                 }
             }
-            lat
+            (lat, holds)
         }));
     }
     let mut all = Samples::default();
+    let mut holds = Vec::new();
     for t in tasks {
-        if let Ok(lat) = t.await {
+        if let Ok((lat, h)) = t.await {
             all.merge(lat);
+            holds.extend(h);
         }
     }
-    (all, counters)
+    (all, counters, holds)
 }
 
-/// W1: pairs/s and acquire latency of `clients` clients on keys of their own.
-pub async fn w1(system: &str, backend: Arc<dyn Backend>, clients: usize, duration: Duration) -> Report {
+/// W1: pairs/s and acquire latency of `clients` clients on a shared key
+/// space of `key_space` keys.
+pub async fn w1(
+    system: &str,
+    backend: Arc<dyn Backend>,
+    clients: usize,
+    key_space: usize,
+    duration: Duration,
+) -> Report {
     let start = Instant::now();
-    let (mut lat, counters) = own_keys(backend, clients, start + duration, "w1", None).await;
+    let (mut lat, counters, holds) = shared_keys(backend, clients, key_space, start + duration, "w1", None).await;
     let secs = duration.as_secs_f64();
     let pairs = counters.pairs.load(Ordering::Relaxed);
     let mut r = Report::new(system, "W1");
@@ -177,49 +230,37 @@ pub async fn w1(system: &str, backend: Arc<dyn Backend>, clients: usize, duratio
         .set("p50_us", lat.quantile(0.5))
         .set("p99_us", lat.quantile(0.99))
         .set("pairs", pairs)
-        .set("samples", lat.len());
-    counters.put(&mut r);
+        .set("samples", lat.len())
+        .set("key_space", key_space);
+    counters.put(&mut r, holds);
     r
 }
 
 /// W2: `clients` clients on ONE key, each acquire (long wait) → release →
 /// acquire again. Hand-overs/s, release-to-next-grant latency (from the
 /// moment the holder sends its release to the next grant's arrival), grants
-/// per client (max/min: FIFO fairness), and mutual exclusion checked with a
-/// holder flag and strictly increasing tokens.
+/// per client (max/min: FIFO fairness), and mutual exclusion checked on the
+/// holds of every client (grant answer received → release sent, the holder
+/// yielding to the runtime once inside it) and their token order.
 pub async fn w2(system: &str, backend: Arc<dyn Backend>, clients: usize, duration: Duration) -> Report {
     let start = Instant::now();
     let deadline = start + duration;
     let key = Arc::new(format!("w2-{}", std::process::id()));
-    let holder = Arc::new(AtomicI64::new(-1));
     let last_release: Arc<Mutex<Option<Instant>>> = Arc::default();
-    let last_token = Arc::new(AtomicU64::new(0));
     let counters = Arc::new(Counters::default());
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let (backend, key, holder, last_release, last_token, counters, stop) = (
-            backend.clone(),
-            key.clone(),
-            holder.clone(),
-            last_release.clone(),
-            last_token.clone(),
-            counters.clone(),
-            stop.clone(),
-        );
+        let (backend, key, last_release, counters, stop) =
+            (backend.clone(), key.clone(), last_release.clone(), counters.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             let mut handover = Samples::default();
             let mut grants = 0u64;
+            let mut holds = Vec::new();
             while Instant::now() < deadline && !stop.load(Ordering::Relaxed) {
                 match backend.acquire(c, &key, Duration::from_secs(30), LEASE).await {
                     Acq::Granted(held) => {
                         let now = Instant::now();
-                        if holder.swap(c as i64, Ordering::SeqCst) != -1 {
-                            counters.dup.fetch_add(1, Ordering::Relaxed);
-                        }
-                        if held.token != 0 && held.token <= last_token.swap(held.token, Ordering::SeqCst) {
-                            counters.dup.fetch_add(1, Ordering::Relaxed);
-                        }
                         if let Some(r) = last_release.lock().unwrap_or_else(|p| p.into_inner()).take() {
                             if now < deadline {
                                 handover.add(now - r);
@@ -228,8 +269,10 @@ pub async fn w2(system: &str, backend: Arc<dyn Backend>, clients: usize, duratio
                         if now < deadline {
                             grants += 1;
                         }
-                        holder.store(-1, Ordering::SeqCst);
-                        *last_release.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+                        tokio::task::yield_now().await;
+                        let released = Instant::now();
+                        holds.push(Hold { key: 0, client: c as u32, token: held.token, granted: now, released });
+                        *last_release.lock().unwrap_or_else(|p| p.into_inner()) = Some(released);
                         if let Err(e) = backend.release(c, held).await {
                             counters.error(format!("release:{e}"));
                         }
@@ -247,16 +290,18 @@ pub async fn w2(system: &str, backend: Arc<dyn Backend>, clients: usize, duratio
                     }
                 }
             }
-            (handover, grants)
+            (handover, grants, holds)
         }));
     }
     let mut lat = Samples::default();
     let mut per_client = Vec::new();
+    let mut holds = Vec::new();
     for t in tasks {
         match t.await {
-            Ok((h, g)) => {
+            Ok((h, g, hs)) => {
                 lat.merge(h);
                 per_client.push(g);
+                holds.extend(hs);
             }
             Err(_) => per_client.push(0),
         }
@@ -273,7 +318,7 @@ pub async fn w2(system: &str, backend: Arc<dyn Backend>, clients: usize, duratio
         .set("max_grants", max)
         .set("min_grants", min)
         .set("fairness", if min == 0 { "inf".to_owned() } else { format!("{:.3}", max as f64 / min as f64) });
-    counters.put(&mut r);
+    counters.put(&mut r, holds);
     r
 }
 
@@ -281,21 +326,22 @@ pub async fn w2(system: &str, backend: Arc<dyn Backend>, clients: usize, duratio
 /// maps indexes to processes. Returns the killed index.
 pub type Killer = Box<dyn FnMut(usize) + Send>;
 
-/// W3: W1 with `clients` clients; after a third of the run, `kill -9` of the
+/// W3: W1 with `clients` clients on `key_space` shared keys; after a third of the run, `kill -9` of the
 /// leader. Time from the kill to a new leader (as the backend sees it) and
 /// to the first grant of an acquire sent after the kill; Indeterminate
-/// count; duplicate grants (a token not above the key's previous one).
+/// count; duplicate grants (the cross-client check of W1, across the kill).
 pub async fn w3(
     system: &str,
     backend: Arc<dyn Backend>,
     clients: usize,
+    key_space: usize,
     duration: Duration,
     mut kill: Killer,
 ) -> Report {
     let start = Instant::now();
     let deadline = start + duration;
     let failover = Arc::new(Failover::default());
-    let load = tokio::spawn(own_keys(backend.clone(), clients, deadline, "w3", Some(failover.clone())));
+    let load = tokio::spawn(shared_keys(backend.clone(), clients, key_space, deadline, "w3", Some(failover.clone())));
     tokio::time::sleep(duration / 3).await;
     let mut r = Report::new(system, "W3");
     r.set("clients", clients);
@@ -317,14 +363,15 @@ pub async fn w3(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let (mut lat, counters) = load.await.unwrap_or_default();
+    let (mut lat, counters, holds) = load.await.unwrap_or_default();
     let first = *failover.first_grant.lock().unwrap_or_else(|p| p.into_inner());
     let secs = |d: Option<Duration>| d.map_or("none".to_owned(), |d| format!("{:.3}", d.as_secs_f64()));
     r.set("ops_s", format!("{:.0}", counters.pairs.load(Ordering::Relaxed) as f64 / duration.as_secs_f64()))
         .set("p50_us", lat.quantile(0.5))
         .set("p99_us", lat.quantile(0.99))
         .set("leader_s", secs(new_leader))
-        .set("first_grant_s", secs(first.map(|f| f - killed_at)));
-    counters.put(&mut r);
+        .set("first_grant_s", secs(first.map(|f| f - killed_at)))
+        .set("key_space", key_space);
+    counters.put(&mut r, holds);
     r
 }
