@@ -688,7 +688,8 @@ impl Config {
             return Err(invalid("--peer-listen", "cluster mode (--peers) needs --peer-listen"));
         }
         let insecure_unauthenticated_peers = cli.insecure_unauthenticated_peers;
-        if !peers.is_empty() && peer_tokens.is_empty() && cli.peer_tls_cert.is_none() && !insecure_unauthenticated_peers {
+        if !peers.is_empty() && peer_tokens.is_empty() && cli.peer_tls_cert.is_none() && !insecure_unauthenticated_peers
+        {
             return Err(invalid("--peer-token-file", PEER_AUTH_MISSING));
         }
         let admin_listen = cli.admin_listen;
