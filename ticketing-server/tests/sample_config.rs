@@ -77,7 +77,9 @@ fn every_setting_with_a_default_is_set_to_it() {
             }
             (Some(default), None) => panic!("deploy/ticketing.toml: {id} has the default {default}; set it"),
             (None, Some(toml::Value::Boolean(b))) => assert!(!b, "{id}: a switch is off by default"),
-            (None, Some(value)) => panic!("deploy/ticketing.toml sets {id} = {value}, which has no default: comment it"),
+            (None, Some(value)) => {
+                panic!("deploy/ticketing.toml sets {id} = {value}, which has no default: comment it")
+            }
             (None, None) => {}
         }
     }
