@@ -45,3 +45,15 @@ def prepare_metadata_for_build_wheel(metadata_directory, config_settings=None): 
 def prepare_metadata_for_build_editable(metadata_directory, config_settings=None):  # type: ignore[no-untyped-def]
     _cargo()
     return maturin.prepare_metadata_for_build_editable(metadata_directory, config_settings)
+
+
+def get_requires_for_build_wheel(config_settings=None):  # type: ignore[no-untyped-def]
+    # maturin would ask for `puccinialin` here, which downloads a Rust
+    # toolchain into the build; this package asks for one to be installed.
+    _cargo()
+    return maturin.get_requires_for_build_wheel(config_settings)
+
+
+def get_requires_for_build_editable(config_settings=None):  # type: ignore[no-untyped-def]
+    _cargo()
+    return maturin.get_requires_for_build_editable(config_settings)
