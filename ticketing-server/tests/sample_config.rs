@@ -36,13 +36,15 @@ fn line_key(line: &str) -> Option<(String, bool)> {
     is_key.then(|| (key.replace('-', "_"), commented))
 }
 
-/// The `[default: X]` a setting's help shows, if it has one.
+/// The `[default: X]` a setting's help shows, if it is a value (a
+/// description such as `[default: the bound listen address]` is not one).
 fn help_default(id: &str) -> Option<String> {
     let cmd = Config::command();
     let arg = cmd.get_arguments().find(|a| a.get_id() == id)?;
     let help = arg.get_help()?.to_string();
     let start = help.rfind("[default: ")? + "[default: ".len();
-    Some(help[start..].trim_end_matches(']').to_owned())
+    let default = help[start..].trim_end_matches(']');
+    (!default.contains(' ')).then(|| default.to_owned())
 }
 
 #[test]
