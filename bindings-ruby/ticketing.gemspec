@@ -29,7 +29,7 @@ Gem::Specification.new do |spec|
     "rubygems_mfa_required" => "true"
   }
   spec.required_ruby_version = ">= 3.0"
-  spec.requirements = ["a Rust toolchain (cargo, rustc >= 1.80)", "Ruby headers (ruby-dev)", "libclang (bindgen)"]
+  spec.requirements = ["a Rust toolchain (cargo, rustc >= 1.88)", "Ruby headers (ruby-dev)", "libclang (bindgen)"]
   spec.files = Dir.chdir(__dir__) do
     Dir.glob(%w[README.md LICENSE Cargo.toml Cargo.lock ticketing.gemspec lib/**/*.rb sig/**/*.rbs ext/**/extconf.rb
                 src/**/*.rs vendor/**/*], File::FNM_DOTMATCH).select { |f| File.file?(f) }.sort

@@ -11,7 +11,7 @@ from maturin import *  # noqa: F401,F403  (every PEP 517 hook maturin defines)
 
 _MESSAGE = (
     "ticketing: no prebuilt wheel fits this platform, and building from source needs a Rust "
-    "toolchain (cargo and rustc >= 1.80), which was not found (not on PATH, not in ~/.cargo/bin, "
+    "toolchain (cargo and rustc >= 1.88), which was not found (not on PATH, not in ~/.cargo/bin, "
     "no $CARGO). Install one with https://rustup.rs and retry; "
     "see https://github.com/ticketing-rs/ticketing/blob/main/docs/python.md#platforms"
 )

@@ -28,7 +28,7 @@ if cargo.empty?
 end
 if cargo.empty?
   abort "ticketing: no precompiled gem fits this platform and Ruby (prebuilt: x86_64-linux, Ruby 3.1), " \
-        "so the source gem builds the extension, which needs a Rust toolchain (cargo and rustc >= 1.80, " \
+        "so the source gem builds the extension, which needs a Rust toolchain (cargo and rustc >= 1.88, " \
         "plus libclang and the Ruby headers): cargo was not found (not on PATH, not in ~/.cargo/bin, no $CARGO). " \
         "Install one with https://rustup.rs and retry; " \
         "see https://github.com/ticketing-rs/ticketing/blob/main/docs/ruby.md#platforms"
