@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Tests of the npm package `ticketing`, against the PACKED tarball installed
-# into a temporary project (as a user gets it):
+# Tests of the npm package `ticketing`, against the PACKED tarballs installed
+# into a temporary project (as a user gets them):
 #   bindings-node/run-tests.sh [node --test args...]
-# Installs node and npm with apt if they are missing, runs `npm ci`, builds
+# Installs node and npm with apt if they are missing, runs `npm ci` (the
+# type checker the tests use). The tarballs: with TICKETING_DIST=DIR
+# (scripts/test: dist/ of scripts/release) the release's
+# DIR/ticketing-<version>.tgz and DIR/ticketing-linux-x64-gnu-<version>.tgz,
+# so the tests run against what ships; otherwise built from this source tree:
 # the native module (`npm run build:debug`; TICKETING_NODE_BUILD=build for a
-# release build), `npm pack`s, installs the tarball with `npm i` into a
-# fresh project under a temporary directory, copies tests/ and examples/
-# there and runs `node --test`. The tests spawn $TICKETING_SERVER_BIN
+# release build), staged as the release does (scripts/stage-release.js) and
+# `npm pack`ed. Installs both with `npm i` into a fresh project under a
+# temporary directory, copies tests/ and examples/ there and runs `node --test`. The tests spawn $TICKETING_SERVER_BIN
 # (default <repo>/target/debug/ticketing-server, built here if missing).
 # Exits non-zero on any failure; the runner's summary (ℹ pass N / ℹ fail N)
 # is the last thing printed.
@@ -21,7 +25,10 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm
 fi
-command -v cargo >/dev/null || { echo "run-tests.sh: cargo not found (a Rust toolchain builds the native module)"; exit 1; }
+DIST=${TICKETING_DIST:-}
+if [ -z "$DIST" ]; then
+    command -v cargo >/dev/null || { echo "run-tests.sh: cargo not found (a Rust toolchain builds the native module)"; exit 1; }
+fi
 echo "== node $(node --version), npm $(npm --version)"
 
 if [ -z "${TICKETING_SERVER_BIN:-}" ]; then
@@ -38,17 +45,27 @@ trap 'rm -rf "$WORK"' EXIT
 cd "$HERE"
 echo "== npm ci"
 npm ci --no-audit --no-fund --loglevel=error
-echo "== npm run ${TICKETING_NODE_BUILD:-build:debug}"
-npm run --silent "${TICKETING_NODE_BUILD:-build:debug}"
-echo "== npm pack"
-TGZ=$(npm pack --silent --pack-destination "$WORK" | tail -n 1)
-echo "$TGZ"
+VERSION=$(node -p 'require("./package.json").version')
+if [ -n "$DIST" ]; then
+    TGZS=("$DIST/ticketing-linux-x64-gnu-$VERSION.tgz" "$DIST/ticketing-$VERSION.tgz")
+    for t in "${TGZS[@]}"; do
+        [ -f "$t" ] || { echo "run-tests.sh: $t is missing (run scripts/release)"; exit 1; }
+    done
+else
+    echo "== npm run ${TICKETING_NODE_BUILD:-build:debug}"
+    npm run --silent "${TICKETING_NODE_BUILD:-build:debug}"
+    echo "== npm pack (the package and its platform package, staged as a release)"
+    node scripts/stage-release.js "$WORK/stage" "$HERE/ticketing.node"
+    (cd "$WORK/stage/linux-x64-gnu" && npm pack --silent --pack-destination "$WORK" >/dev/null)
+    (cd "$WORK/stage/ticketing" && npm pack --silent --pack-destination "$WORK" >/dev/null)
+    TGZS=("$WORK/ticketing-linux-x64-gnu-$VERSION.tgz" "$WORK/ticketing-$VERSION.tgz")
+fi
 
-echo "== npm i $TGZ (in a fresh project)"
+echo "== npm i ${TGZS[*]} (in a fresh project)"
 mkdir "$WORK/project"
 cd "$WORK/project"
 npm init -y >/dev/null
-npm i --no-audit --no-fund --loglevel=error "$WORK/$TGZ"
+npm i --no-audit --no-fund --loglevel=error "${TGZS[@]}"
 cp -r "$HERE/tests" "$HERE/examples" .
 
 echo "== node --test"

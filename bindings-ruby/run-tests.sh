@@ -3,10 +3,14 @@
 #   bindings-ruby/run-tests.sh [test files..., default: test/test_*.rb]
 # 1. installs what is missing with apt (ruby, ruby-dev, rake, libclang-dev,
 #    clang), idempotently;
-# 2. `rake gem` -> pkg/ticketing-<version>.gem (the crates vendored);
-# 3. `gem install --local` of that file into a temporary GEM_HOME (cargo's
-#    target dir: $TICKETING_GEM_TARGET_DIR, default <repo>/target/ruby-gem,
-#    so compiled dependencies are reused between runs);
+# 2. the gem: with TICKETING_DIST=DIR (scripts/test: dist/ of
+#    scripts/release), the release's platform gem
+#    DIR/ticketing-<version>-x86_64-linux.gem (the extension precompiled), so
+#    the tests run against what ships; otherwise built from this source tree
+#    with `rake gem` -> pkg/ticketing-<version>.gem (the crates vendored);
+# 3. `gem install --local` of that file into a temporary GEM_HOME (for the
+#    source gem, cargo's target dir: $TICKETING_GEM_TARGET_DIR, default
+#    <repo>/target/ruby-gem, so compiled dependencies are reused between runs);
 # 4. `rbs validate` of sig/ticketing.rbs, then the minitest suite, run from a
 #    directory outside the source tree with only the installed gem loadable.
 # `run-tests.sh --install-prereqs` does step 1 only (scripts/test calls it
@@ -37,7 +41,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 [ "${1:-}" = "--install-prereqs" ] && exit 0
-command -v cargo >/dev/null || { echo "run-tests.sh: cargo not found (a Rust toolchain builds the extension)"; exit 1; }
+DIST=${TICKETING_DIST:-}
+if [ -z "$DIST" ]; then
+    command -v cargo >/dev/null || { echo "run-tests.sh: cargo not found (a Rust toolchain builds the extension)"; exit 1; }
+fi
 
 if [ -z "${TICKETING_SERVER_BIN:-}" ]; then
     export TICKETING_SERVER_BIN="$ROOT/target/debug/ticketing-server"
@@ -47,10 +54,15 @@ if [ -z "${TICKETING_SERVER_BIN:-}" ]; then
     fi
 fi
 
-echo "== rake gem"
-(cd "$HERE" && rake gem)
 VERSION=$(ruby -e 'load ARGV[0]; print Ticketing::VERSION' "$HERE/lib/ticketing/version.rb")
-GEM="$HERE/pkg/ticketing-$VERSION.gem"
+if [ -n "$DIST" ]; then
+    GEM="$DIST/ticketing-$VERSION-x86_64-linux.gem"
+    [ -f "$GEM" ] || { echo "run-tests.sh: $GEM is missing (run scripts/release)"; exit 1; }
+else
+    echo "== rake gem"
+    (cd "$HERE" && rake gem)
+    GEM="$HERE/pkg/ticketing-$VERSION.gem"
+fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ticketing-ruby-tests.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT

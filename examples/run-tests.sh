@@ -9,9 +9,12 @@
 # $TICKETING_SERVER_BIN and $TICKET_SALE_RUST_SELLER if set (scripts/test
 # points them at its debug builds); otherwise the demo builds them.
 # Ruby and Node: when bindings-ruby / bindings-node are in the checkout, the
-# gem (bindings-ruby/pkg, `rake gem` if missing) and the npm package (`npm
-# pack`, built first if its native module is missing) are installed into
-# target/examples-gems and target/examples-node (reused while unchanged),
+# gem and the npm packages are installed into target/examples-gems and
+# target/examples-node (reused while unchanged): with TICKETING_DIST=DIR
+# (scripts/test: dist/ of scripts/release) the release's platform gem and npm
+# tarballs from DIR; otherwise the source gem (bindings-ruby/pkg, `rake gem`
+# if missing) and the npm packages staged and packed from bindings-node
+# (its native module built first if missing),
 # with sqlite3/pg for each; a language that still cannot run is a failure.
 # Without those directories the language is reported as skipped.
 #
@@ -57,7 +60,8 @@ if command -v ruby >/dev/null && [ -d "$ROOT/bindings-ruby" ]; then
     export GEM_PATH
     version=$(ruby -e 'load ARGV[0]; print Ticketing::VERSION' "$ROOT/bindings-ruby/lib/ticketing/version.rb" 2>/dev/null)
     gem="$ROOT/bindings-ruby/pkg/ticketing-$version.gem"
-    if [ ! -f "$gem" ] || ! ruby -e 'require "ticketing"' 2>/dev/null; then
+    [ -n "${TICKETING_DIST:-}" ] && gem="$TICKETING_DIST/ticketing-$version-x86_64-linux.gem"
+    if [ -z "${TICKETING_DIST:-}" ] && { [ ! -f "$gem" ] || ! ruby -e 'require "ticketing"' 2>/dev/null; }; then
         # What building the gem's extension needs (as bindings-ruby/run-tests.sh installs it).
         need=()
         command -v rake >/dev/null || need+=(rake)
@@ -70,7 +74,7 @@ if command -v ruby >/dev/null && [ -d "$ROOT/bindings-ruby" ]; then
             root_do apt-get update -qq >/dev/null; apt_get "${need[@]}" || echo "examples: apt-get install ${need[*]} failed"
         fi
     fi
-    if [ ! -f "$gem" ] && command -v rake >/dev/null; then
+    if [ -z "${TICKETING_DIST:-}" ] && [ ! -f "$gem" ] && command -v rake >/dev/null; then
         echo "== rake gem (bindings-ruby)"
         (cd "$ROOT/bindings-ruby" && rake gem) >"$LOGS/rake-gem.log" 2>&1 || fail "rake gem" "$LOGS/rake-gem.log"
     fi
@@ -98,22 +102,38 @@ if command -v node >/dev/null && command -v npm >/dev/null && [ -d "$ROOT/bindin
     export NODE_PATH="$NODEDIR/node_modules"
     # better-sqlite3 builds from source when no prebuilt binary can be fetched: headers of the local node.
     [ -f /usr/include/node/node.h ] && export npm_config_nodedir=/usr
-    if [ ! -f "$ROOT/bindings-node/ticketing.node" ]; then
-        echo "== npm ci && npm run build:debug (bindings-node)"
-        (cd "$ROOT/bindings-node" && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build:debug) \
-            >"$LOGS/node-build.log" 2>&1 || fail "bindings-node build" "$LOGS/node-build.log"
+    tgzs=()
+    if [ -n "${TICKETING_DIST:-}" ]; then
+        v=$(node -p 'require(process.argv[1]).version' "$ROOT/bindings-node/package.json")
+        tgzs=("$TICKETING_DIST/ticketing-linux-x64-gnu-$v.tgz" "$TICKETING_DIST/ticketing-$v.tgz")
+    else
+        if [ ! -f "$ROOT/bindings-node/ticketing.node" ]; then
+            echo "== npm ci && npm run build:debug (bindings-node)"
+            (cd "$ROOT/bindings-node" && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build:debug) \
+                >"$LOGS/node-build.log" 2>&1 || fail "bindings-node build" "$LOGS/node-build.log"
+        fi
+        if [ -f "$ROOT/bindings-node/ticketing.node" ]; then
+            # The package and its platform package, staged and packed as a release does.
+            rm -rf "$NODEDIR/pack" && mkdir -p "$NODEDIR/pack"
+            if node "$ROOT/bindings-node/scripts/stage-release.js" "$NODEDIR/pack/stage" "$ROOT/bindings-node/ticketing.node" \
+                    >"$LOGS/npm-pack.log" 2>&1; then
+                for d in linux-x64-gnu ticketing; do
+                    t=$(cd "$NODEDIR/pack/stage/$d" && npm pack --silent --pack-destination "$NODEDIR/pack" 2>>"$LOGS/npm-pack.log" | tail -n 1)
+                    [ -n "$t" ] && tgzs+=("$NODEDIR/pack/$t")
+                done
+            fi
+        fi
     fi
-    if [ -f "$ROOT/bindings-node/ticketing.node" ]; then
-        rm -f "$NODEDIR"/pack/*.tgz
-        tgz=$(cd "$ROOT/bindings-node" && npm pack --silent --pack-destination "$NODEDIR/pack" 2>>"$LOGS/npm-pack.log" | tail -n 1)
-        sum=$(sha256sum "$NODEDIR/pack/$tgz" 2>/dev/null | cut -c1-64)
-        if [ -z "$sum" ]; then
-            fail "npm pack (bindings-node)" "$LOGS/npm-pack.log"
+    if [ ${#tgzs[@]} -gt 0 ]; then
+        sum=$(cat "${tgzs[@]}" 2>/dev/null | sha256sum | cut -c1-64)
+        ls "${tgzs[@]}" >/dev/null 2>&1 || sum=""
+        if [ -z "$sum" ] || [ ${#tgzs[@]} -ne 2 ]; then
+            fail "npm packages (bindings-node): ${tgzs[*]}" "$LOGS/npm-pack.log"
         elif [ "$(cat "$NODEDIR/.installed" 2>/dev/null)" != "$sum" ] || \
              ! (cd "$NODEDIR" && node -e "require('ticketing'); require('better-sqlite3'); require('pg')") 2>/dev/null; then
-            echo "== npm install $tgz better-sqlite3@12 pg (in $NODEDIR)"
+            echo "== npm install ${tgzs[*]} better-sqlite3@12 pg (in $NODEDIR)"
             [ -f "$NODEDIR/package.json" ] || echo '{"private": true}' >"$NODEDIR/package.json"
-            if (cd "$NODEDIR" && npm install --no-audit --no-fund --loglevel=error better-sqlite3@12 pg "./pack/$tgz") \
+            if (cd "$NODEDIR" && npm install --no-audit --no-fund --loglevel=error better-sqlite3@12 pg "${tgzs[@]}") \
                     >"$LOGS/npm-install.log" 2>&1; then
                 echo "$sum" >"$NODEDIR/.installed"
             else

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The fault suite's CI run (called by scripts/test):
 #   ticketing-verify/run-tests.sh [extra ticketing-verify args]
-# Builds the release server and the suite once, then
+# Builds the release server and the suite once (scripts/release --cargo-build), then
 #   1. the suite's own tests (checker rules, the fence on SQLite and PostgreSQL);
 #   2. the `ci` profile on SQLite (fixed seeds, every fault at least once, 3 durable,
 #      5 memory-mode nodes, a durable standalone server; docs/verification.md);
@@ -24,8 +24,10 @@ ko() { failed=$((failed + 1)); echo "FAIL $*"; }
 skipped=0
 finish() { echo "verify: $passed passed, $failed failed, $skipped skipped"; [ "$failed" -eq 0 ]; exit $?; }
 
-echo "== cargo build --release -p ticketing-server -p ticketing-verify"
-if ! cargo build --release -p ticketing-server -p ticketing-verify 2>&1 | tail -n 3; then
+# The release build scripts/release makes (one package set, so scripts/test
+# compiles the release server once and this finds it fresh).
+echo "== scripts/release --cargo-build (the release server, the suite)"
+if ! bash "$ROOT/scripts/release" --cargo-build 2>&1 | tail -n 3; then
     ko "build"
     finish
 fi

@@ -63,6 +63,26 @@ export async function f(b: TicketBroker): Promise<void> {
   for (const line of [4, 5, 6, 7, 8]) assert.match(r.out, new RegExp(`bad-usage\\.ts\\(${line},`), `no error on line ${line}:\n${r.out}`)
 })
 
+test('the ES module types (index.d.mts) declare the default export and the named ones', () => {
+  const file = path.join(PROJECT, 'examples', 'esm-types.mts')
+  fs.writeFileSync(
+    file,
+    `import ticketing, { TicketBroker, TicketingError, version } from 'ticketing'
+export const same: typeof TicketBroker = ticketing.TicketBroker
+export const v: string = ticketing.version + version
+export const isError = (e: unknown): boolean => e instanceof TicketingError
+export const wrong: number = ticketing.version
+`,
+  )
+  const r = tsc('esm', ['examples/esm-types.mts'])
+  // Everything resolves (no "has no default export", no implicit any); the one
+  // error is the deliberate one on line 5, so the types are not any.
+  assert.notEqual(r.status, 0, r.out)
+  const errors = r.out.split('\n').filter((l) => /error TS/.test(l))
+  assert.equal(errors.length, 1, r.out)
+  assert.match(errors[0], /esm-types\.mts\(5,/, r.out)
+})
+
 test('the compiled example (await using, withLock, signal) runs against a server', async () => {
   const c = tsc('emit', ['examples/example.ts'], { noEmit: false, outDir: undefined })
   assert.equal(c.status, 0, c.out)

@@ -52,7 +52,8 @@ class TestSeedExample < Minitest::Test
     refute_nil gem_home
     assert spec.full_gem_path.start_with?(File.realpath(gem_home)) || spec.full_gem_path.start_with?(gem_home),
            spec.full_gem_path
-    native = $LOADED_FEATURES.grep(%r{/ticketing/ticketing\.so\z})
+    # The platform gem: lib/ticketing/<abi>/ticketing.so; the source gem: ticketing/ticketing.so.
+    native = $LOADED_FEATURES.grep(%r{/ticketing/(\d+\.\d+/)?ticketing\.so\z})
     refute_empty native
     refute native.any? { |f| f.start_with?(File.expand_path("..", __dir__)) }, native.inspect
     assert_equal Ticketing::VERSION, Ticketing::NATIVE_VERSION

@@ -26,7 +26,13 @@ if cargo.empty?
   home_cargo = File.join(Dir.home, ".cargo", "bin", "cargo")
   cargo = home_cargo if File.executable?(home_cargo)
 end
-abort "extconf.rb: cargo not found: install a Rust toolchain (https://rustup.rs) and put cargo on PATH" if cargo.empty?
+if cargo.empty?
+  abort "ticketing: no precompiled gem fits this platform and Ruby (prebuilt: x86_64-linux, Ruby 3.1), " \
+        "so the source gem builds the extension, which needs a Rust toolchain (cargo and rustc >= 1.88, " \
+        "plus libclang and the Ruby headers): cargo was not found (not on PATH, not in ~/.cargo/bin, no $CARGO). " \
+        "Install one with https://rustup.rs and retry; " \
+        "see https://github.com/ticketing-rs/ticketing/blob/main/docs/ruby.md#platforms"
+end
 
 env_target = ENV["CARGO_TARGET_DIR"].to_s
 private_target = env_target.empty?
