@@ -24,7 +24,8 @@ fn refused(dir: &std::path::Path, args: &[&str], reason: &str) {
     let before = dir_bytes(dir);
     let mut all = vec!["--data-dir", dir.to_str().unwrap()];
     all.extend_from_slice(args);
-    let (code, stderr) = run_failing(&[], &all);
+    // A peer token, so that a cluster node gets past the peer-authentication rule to the DIR.
+    let (code, stderr) = run_failing(&[("TICKETING_PEER_TOKEN", "durable-corrupt-dir-peer-token")], &all);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains(dir.to_str().unwrap()), "names the path: {stderr}");
     assert!(stderr.contains(reason), "says why ({reason}): {stderr}");
