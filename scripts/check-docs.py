@@ -55,6 +55,9 @@ EXTERNAL_FLAGS = {
     "--loglevel", "--test-reporter", "--local", "--no-document", "--strict", "--install-dir", "--upgrade",
     "--user", "--index-url", "--extra-index-url", "--find-links", "--no-index", "--list-undoc",
     "--fail-on-warning", "--markup", "--no-save", "--no-cache", "--optional", "--server", "--only-binary",
+    "--omit", "--registry", "--source", "--clear-sources",
+    # systemctl
+    "--now",
     # curl / openssl / shell / git / perf / misc
     "--proto", "--fail", "--silent", "--show-error", "--cacert", "--cert", "--key", "--data", "--max-time",
     "--depth", "--branch", "--pid", "--call-graph", "--noEmit", "--open",

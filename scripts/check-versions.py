@@ -27,9 +27,13 @@ def main() -> int:
         v = pkg.get("version")
         if v != {"workspace": True}:
             expect(str(manifest.relative_to(ROOT)), v)
-    # Path dependencies of the workspace name the same version.
+    # Path dependencies of the workspace name the same version (a crate that
+    # is never published, `publish = false`, needs none).
     for name, dep in root["workspace"].get("dependencies", {}).items():
         if isinstance(dep, dict) and "path" in dep:
+            target = tomllib.loads((ROOT / dep["path"] / "Cargo.toml").read_text()).get("package", {})
+            if target.get("publish") is False:
+                continue
             expect(f"Cargo.toml [workspace.dependencies] {name}", dep.get("version"))
 
     # Python: maturin takes the version from Cargo (dynamic), or pyproject states it.

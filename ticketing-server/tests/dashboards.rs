@@ -1,7 +1,7 @@
 //! The Grafana dashboard (deploy/grafana/ticketing.json) and the Prometheus
 //! alert rules (deploy/prometheus/alerts.yml) name only metrics a real
 //! cluster node exports on /metrics, and the metrics they lean on carry
-//! real values (docs/operating.md, "Prometheus and Grafana").
+//! real values (docs/operating.md, "Prometheus" and "Grafana").
 
 mod cluster_common;
 use cluster_common::*;
