@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
     rt.block_on(async {
         let mut r = data;
         let mut w = tokio::io::sink();
-        let res = accept_handshake(&mut r, &mut w, &[Secret::from("peer-secret")], NodeId(42), None, Duration::from_secs(5)).await;
+        let res = accept_handshake(&mut r, &mut w, Some(&[Secret::from("peer-secret")]), NodeId(42), None, Duration::from_secs(5)).await;
         assert!(res.is_err(), "a handshake without the peer token succeeded");
     });
 });

@@ -289,7 +289,7 @@ impl Default for Limits {
             max_peer_connections: 64,
             // One leader's AppendEntries (openraft keeps up to 9 in flight
             // with the late answers, each ≤ 300 entries of ≤ 32 KiB) plus a
-            // 3 MiB snapshot chunk: about 90 MiB (docs/deployment.md, "Limits").
+            // 3 MiB snapshot chunk: about 90 MiB (docs/configuration.md, "Limits").
             max_peer_in_flight_bytes_per_conn: 128 * 1024 * 1024,
             max_peer_in_flight_bytes: 256 * 1024 * 1024,
             tick_ms: 500,

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tracing::{debug, warn};
 
-/// Proposal outcomes waiting for the manager (docs/deployment.md, "Queues").
+/// Proposal outcomes waiting for the manager (docs/configuration.md, "Queues").
 const DONE_QUEUE: usize = 4096;
 
 /// Requests taken from the inbox without waiting after each event, before
