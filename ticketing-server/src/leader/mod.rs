@@ -483,16 +483,9 @@ impl Leader {
                 return;
             }
             if self.proj.is_busy(&key) {
-                // Not `T` (the key is not held) and not the per-key cap (it
-                // is not queued behind anyone): it goes first once the no-op
-                // release is committed (see `pump`); a wait of 0 gets no
-                // timer. It does wait in the projection meanwhile, so the
-                // server-wide `--max-waiters` holds for it too.
-                if self.proj.waiters() >= self.limits.max_waiters {
-                    self.refuse_busy(w.conn, w.id, key.clone());
-                    self.proj.remove_if_idle(&key);
-                    return;
-                }
+                // Neither `T` (the key is not held) nor a waiter cap (it is
+                // not queued behind anyone): it goes first once the no-op
+                // release is committed (see `pump`); a wait of 0 gets no timer.
                 self.enqueue(w, wait > 0);
             } else {
                 self.grant(w);
