@@ -140,7 +140,10 @@ fuzz_target!(|data: &[u8]| {
             pending.push_back(b);
         }
         leader.check();
-        assert!(leader.held() <= limits.max_held_keys && leader.waiters() <= limits.max_waiters);
+        // An acquire of a free key whose no-op release is being committed
+        // waits uncapped (it queues behind no one: tests/matrix.rs), at most
+        // one per key: 4 keys here.
+        assert!(leader.held() <= limits.max_held_keys && leader.waiters() <= limits.max_waiters + 4);
         assert!(leader.timers_len() <= leader.held() + leader.waiters() + 2);
     }
 });
