@@ -152,6 +152,55 @@ text_field!(
     Addr, 255, "addr"
 );
 
+/// The keys of a multi-key acquire (`K`, docs/protocol.md §3.2): 2–16
+/// ([`MIN_MULTI_KEYS`](crate::limits::MIN_MULTI_KEYS)–[`MAX_MULTI_KEYS`](crate::limits::MAX_MULTI_KEYS))
+/// distinct keys, in the order given (the answer echoes the first).
+/// Whether the whole frame fits 512 bytes depends on the other fields too:
+/// [`crate::frame::ClientFrame::encoded_len`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KeySet(Vec<Key>);
+
+impl KeySet {
+    /// Validates the count (2–16) and that no key appears twice.
+    pub fn new(keys: Vec<Key>) -> Result<KeySet, FieldError> {
+        use crate::limits::{MAX_MULTI_KEYS, MIN_MULTI_KEYS};
+        if !(MIN_MULTI_KEYS..=MAX_MULTI_KEYS).contains(&keys.len()) {
+            return Err(bad("a multi-key acquire takes 2-16 keys"));
+        }
+        for (i, k) in keys.iter().enumerate() {
+            if keys[..i].contains(k) {
+                return Err(bad("a key appears twice in a multi-key acquire"));
+            }
+        }
+        Ok(KeySet(keys))
+    }
+
+    /// The keys, in the order given.
+    pub fn as_slice(&self) -> &[Key] {
+        &self.0
+    }
+
+    /// The first key: the one every answer echoes.
+    pub fn first(&self) -> &Key {
+        &self.0[0]
+    }
+
+    /// The keys, owned.
+    pub fn into_vec(self) -> Vec<Key> {
+        self.0
+    }
+
+    /// Number of keys (2–16).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Never true (a set has at least 2 keys); for clippy's `len` convention.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// 32 bytes written as exactly 64 lowercase hex characters (nonces and MACs).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Hex32(pub [u8; 32]);

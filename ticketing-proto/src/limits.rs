@@ -11,6 +11,12 @@ pub const MAX_FRAME: usize = 512;
 pub const MAX_KEY_LEN: usize = 250;
 /// Longest owner, bytes.
 pub const MAX_OWNER_LEN: usize = 64;
+/// Fewest keys in one multi-key acquire (`K`).
+pub const MIN_MULTI_KEYS: usize = 2;
+/// Most keys in one multi-key acquire (`K`).
+pub const MAX_MULTI_KEYS: usize = 16;
+/// Largest permit count `n` of a counted acquire (`S`); the smallest is 1.
+pub const MAX_PERMITS: u16 = u16::MAX;
 /// Largest legal `wait` (seconds).
 pub const MAX_WAIT: u8 = 255;
 /// Largest legal `lease` (seconds).

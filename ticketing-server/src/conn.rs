@@ -375,7 +375,9 @@ impl ClientConn<'_> {
         }
         let read_at = Instant::now();
         let id = match &frame {
-            ClientFrame::Auth { .. } => return Some(End::Fatal(ServerFrame::error(ErrorCode::BadFrame))),
+            ClientFrame::Auth { .. } | ClientFrame::AcquireShared { .. } | ClientFrame::AcquireAll { .. } => {
+                return Some(End::Fatal(ServerFrame::error(ErrorCode::BadFrame)))
+            }
             ClientFrame::Acquire { id, .. }
             | ClientFrame::Release { id, .. }
             | ClientFrame::Query { id, .. }
@@ -403,7 +405,10 @@ impl ClientConn<'_> {
             }
             ClientFrame::Release { id, key, owner, token } => ManagerRequest::Release { conn, id, key, owner, token },
             ClientFrame::Query { id, key, owner } => ManagerRequest::Holds { conn, id, key, owner },
-            ClientFrame::Auth { .. } | ClientFrame::Ping { .. } => unreachable!("handled above"),
+            ClientFrame::Auth { .. }
+            | ClientFrame::Ping { .. }
+            | ClientFrame::AcquireShared { .. }
+            | ClientFrame::AcquireAll { .. } => unreachable!("handled above"),
         };
         self.in_flight.insert(id);
         if self.ctx.manager.send(req).await.is_err() {

@@ -86,6 +86,25 @@ fn parse_lease(field: &[u8]) -> Result<u8, FrameError> {
     }
 }
 
+// The messages below name the ranges of `limits`.
+const _: () = assert!(MAX_PERMITS == 65535);
+
+/// `n` of a counted acquire: 1–65535.
+fn parse_permits(field: &[u8]) -> Result<u16, FrameError> {
+    match u16::try_from(parse_u64(field)?) {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(bad("n out of range 1-65535")),
+    }
+}
+
+/// A slot is below some `n`, so at most 65534.
+fn parse_slot(field: &[u8]) -> Result<u16, FrameError> {
+    match u16::try_from(parse_u64(field)?) {
+        Ok(slot) if slot < MAX_PERMITS => Ok(slot),
+        _ => Err(bad("slot out of range 0-65534")),
+    }
+}
+
 fn parse_token(field: &[u8]) -> Result<Token, FrameError> {
     Token::new(parse_u64(field)?).map_err(FrameError::from)
 }
@@ -124,6 +143,21 @@ pub fn parse_client_line(line: &[u8]) -> Result<ClientFrame, FrameError> {
             wait: parse_wait(f[4])?,
             lease: parse_lease(f[5])?,
         }),
+        (b"S", 7) => Ok(ClientFrame::AcquireShared {
+            id: parse_id(f[1])?,
+            key: key(f[2])?,
+            owner: owner(f[3])?,
+            wait: parse_wait(f[4])?,
+            lease: parse_lease(f[5])?,
+            n: parse_permits(f[6])?,
+        }),
+        (b"K", n) if n >= 5 => Ok(ClientFrame::AcquireAll {
+            id: parse_id(f[1])?,
+            owner: owner(f[2])?,
+            wait: parse_wait(f[3])?,
+            lease: parse_lease(f[4])?,
+            keys: KeySet::new(f[5..].iter().map(|k| key(k)).collect::<Result<_, _>>()?)?,
+        }),
         (b"R", 5) => Ok(ClientFrame::Release {
             id: parse_id(f[1])?,
             key: key(f[2])?,
@@ -132,7 +166,7 @@ pub fn parse_client_line(line: &[u8]) -> Result<ClientFrame, FrameError> {
         }),
         (b"P", 2) => Ok(ClientFrame::Ping { id: parse_id(f[1])? }),
         (b"Q", 4) => Ok(ClientFrame::Query { id: parse_id(f[1])?, key: key(f[2])?, owner: owner(f[3])? }),
-        (b"AUTH" | b"A" | b"R" | b"P" | b"Q", _) => Err(bad("wrong number of fields")),
+        (b"AUTH" | b"A" | b"S" | b"K" | b"R" | b"P" | b"Q", _) => Err(bad("wrong number of fields")),
         _ => Err(bad("unknown frame type")),
     }
 }
@@ -192,6 +226,14 @@ pub fn parse_server_line(line: &[u8]) -> Result<ServerFrame, FrameError> {
             token: parse_token(f[4])?,
             waited_ms: u32::try_from(parse_u64(f[5])?).map_err(|_| bad("waited_ms out of range"))?,
         }),
+        (b"G", 7) => Ok(ServerFrame::GrantedShared {
+            id: parse_id(f[1])?,
+            key: key(f[2])?,
+            owner: owner(f[3])?,
+            token: parse_token(f[4])?,
+            waited_ms: u32::try_from(parse_u64(f[5])?).map_err(|_| bad("waited_ms out of range"))?,
+            slot: parse_slot(f[6])?,
+        }),
         (b"T", 3) => Ok(ServerFrame::Timeout { id: parse_id(f[1])?, key: key(f[2])? }),
         (b"B", 3) => Ok(ServerFrame::Busy { id: parse_id(f[1])?, key: key(f[2])? }),
         (b"R", 3) => Ok(ServerFrame::Released { id: parse_id(f[1])?, key: key(f[2])? }),
@@ -207,7 +249,7 @@ pub fn parse_server_line(line: &[u8]) -> Result<ServerFrame, FrameError> {
         (b"M", 2) => Ok(ServerFrame::Moved { addr: addr(f[1])? }),
         (b"L", 2) => Ok(ServerFrame::Leader { addr: addr(f[1])? }),
         (b"E", _) => Err(bad("bad error frame")),
-        (b"TICKETING" | b"OK" | b"A" | b"T" | b"B" | b"R" | b"N" | b"H" | b"P" | b"M" | b"L", _) => {
+        (b"TICKETING" | b"OK" | b"A" | b"G" | b"T" | b"B" | b"R" | b"N" | b"H" | b"P" | b"M" | b"L", _) => {
             Err(bad("wrong number of fields"))
         }
         _ => Err(bad("unknown frame type")),

@@ -46,6 +46,25 @@ impl ClientFrame {
                 put_num(buf, u64::from(*wait));
                 put_num(buf, u64::from(*lease));
             }
+            ClientFrame::AcquireShared { id, key, owner, wait, lease, n } => {
+                buf.put_u8(b'S');
+                put_num(buf, id.0);
+                put_field(buf, key.as_bytes());
+                put_field(buf, owner.as_bytes());
+                put_num(buf, u64::from(*wait));
+                put_num(buf, u64::from(*lease));
+                put_num(buf, u64::from(*n));
+            }
+            ClientFrame::AcquireAll { id, owner, wait, lease, keys } => {
+                buf.put_u8(b'K');
+                put_num(buf, id.0);
+                put_field(buf, owner.as_bytes());
+                put_num(buf, u64::from(*wait));
+                put_num(buf, u64::from(*lease));
+                for key in keys.as_slice() {
+                    put_field(buf, key.as_bytes());
+                }
+            }
             ClientFrame::Release { id, key, owner, token } => {
                 buf.put_u8(b'R');
                 put_num(buf, id.0);
@@ -73,6 +92,14 @@ impl ClientFrame {
         self.encode(&mut buf);
         buf.freeze()
     }
+
+    /// Bytes of the encoded frame, LF included. Every frame but `K` is at
+    /// most [`MAX_FRAME`] by its types; a `K` of many long keys can be
+    /// longer, so a client checks this before sending one
+    /// (docs/protocol.md §3.2: the frame within 512 bytes).
+    pub fn encoded_len(&self) -> usize {
+        self.to_bytes().len()
+    }
 }
 
 impl ServerFrame {
@@ -96,6 +123,15 @@ impl ServerFrame {
                 put_field(buf, owner.as_bytes());
                 put_num(buf, token.get());
                 put_num(buf, u64::from(*waited_ms));
+            }
+            ServerFrame::GrantedShared { id, key, owner, token, waited_ms, slot } => {
+                buf.put_u8(b'G');
+                put_num(buf, id.0);
+                put_field(buf, key.as_bytes());
+                put_field(buf, owner.as_bytes());
+                put_num(buf, token.get());
+                put_num(buf, u64::from(*waited_ms));
+                put_num(buf, u64::from(*slot));
             }
             ServerFrame::Timeout { id, key } => put_id_key(buf, b'T', *id, key),
             ServerFrame::Busy { id, key } => put_id_key(buf, b'B', *id, key),

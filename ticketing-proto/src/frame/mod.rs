@@ -15,8 +15,10 @@ mod encode;
 #[cfg(test)]
 mod tests;
 
-pub use crate::field::{Addr, FieldError, Hex32, Key, Owner, RequestId, Role, Token};
-pub use crate::limits::{MAX_FRAME, MAX_LEASE, MAX_WAIT, MIN_LEASE, TOKEN_LIMIT};
+pub use crate::field::{Addr, FieldError, Hex32, Key, KeySet, Owner, RequestId, Role, Token};
+pub use crate::limits::{
+    MAX_FRAME, MAX_LEASE, MAX_MULTI_KEYS, MAX_PERMITS, MAX_WAIT, MIN_LEASE, MIN_MULTI_KEYS, TOKEN_LIMIT,
+};
 pub use code::ErrorCode;
 pub use decode::{decode_client, decode_server, line_fields, parse_client_line, parse_server_line, LineFields};
 
@@ -82,6 +84,37 @@ pub enum ClientFrame {
         /// Lease seconds, 1–250.
         lease: u8,
     },
+    /// `S <id> <key> <owner> <wait> <lease> <n>`: a counted grant, one of
+    /// at most `n` holders of the key that all hold it this way
+    /// (docs/protocol.md §3.2, "Counted and multi-key grants"); answered `G`.
+    AcquireShared {
+        /// Request id.
+        id: RequestId,
+        /// Lock key.
+        key: Key,
+        /// Owner of this logical acquire.
+        owner: Owner,
+        /// Seconds to wait in the queue, 0–255.
+        wait: u8,
+        /// Lease seconds, 1–250.
+        lease: u8,
+        /// The most counted holders this request accepts beside it, 1–65535.
+        n: u16,
+    },
+    /// `K <id> <owner> <wait> <lease> <key1> … <keyN>`: every key
+    /// exclusively, atomically, with one token; answered `A` echoing `key1`.
+    AcquireAll {
+        /// Request id.
+        id: RequestId,
+        /// Owner of this logical acquire.
+        owner: Owner,
+        /// Seconds to wait in the queues, 0–255.
+        wait: u8,
+        /// Lease seconds, 1–250.
+        lease: u8,
+        /// 2–16 distinct keys.
+        keys: KeySet,
+    },
     /// `R <id> <key> <owner> <token>`
     Release {
         /// Request id.
@@ -137,6 +170,23 @@ pub enum ServerFrame {
         token: Token,
         /// Milliseconds from reading the request to committing the grant.
         waited_ms: u32,
+    },
+    /// `G <id> <key> <owner> <token> <waited_ms> <slot>`: a counted grant
+    /// (answers `S`); `slot` is the lowest index in `0..n` no other holder
+    /// of the key has.
+    GrantedShared {
+        /// Echoed request id.
+        id: RequestId,
+        /// Echoed key.
+        key: Key,
+        /// Echoed owner.
+        owner: Owner,
+        /// The fencing token.
+        token: Token,
+        /// Milliseconds from reading the request to committing the grant.
+        waited_ms: u32,
+        /// The holder's slot, below the request's `n`.
+        slot: u16,
     },
     /// `T <id> <key>`: not granted within `wait`.
     Timeout {

@@ -335,3 +335,107 @@ fn query_and_held_malformed() {
         assert!(matches!(decode_server(case), Err(FrameError::BadFrame(_))), "{:?}", String::from_utf8_lossy(case));
     }
 }
+
+fn t(n: u64) -> Token {
+    Token::new(n).unwrap()
+}
+
+#[test]
+fn counted_acquire_and_its_answer_bytes() {
+    let s =
+        ClientFrame::AcquireShared { id: RequestId(4), key: k("seats"), owner: o("ab"), wait: 5, lease: 30, n: 65535 };
+    assert_eq!(&s.to_bytes()[..], b"S 4 seats ab 5 30 65535\n");
+    assert_eq!(client(b"S 4 seats ab 5 30 65535\n").unwrap(), Some((s, 24)));
+    let g = ServerFrame::GrantedShared {
+        id: RequestId(4),
+        key: k("seats"),
+        owner: o("ab"),
+        token: t(77),
+        waited_ms: 12,
+        slot: 3,
+    };
+    assert_eq!(&g.to_bytes()[..], b"G 4 seats ab 77 12 3\n");
+    assert_eq!(decode_server(b"G 4 seats ab 77 12 3\n").unwrap(), Some((g, 21)));
+    let top = ServerFrame::GrantedShared {
+        id: RequestId(0),
+        key: k("k"),
+        owner: o("o"),
+        token: t(1),
+        waited_ms: 0,
+        slot: 65534,
+    };
+    assert_eq!(decode_server(b"G 0 k o 1 0 65534\n").unwrap().unwrap().0, top);
+}
+
+#[test]
+fn malformed_counted_frames_are_refused() {
+    for line in [
+        &b"S 1 k o 5 30 0\n"[..], // n = 0
+        b"S 1 k o 5 30 65536\n",  // n over 65535
+        b"S 1 k o 5 30 07\n",     // leading zero
+        b"S 1 k o 5 30\n",        // n missing
+        b"S 1 k o 5 30 2 2\n",    // a field too many
+        b"S 1 k o 256 30 2\n",    // wait out of range
+        b"S 1 k o 5 0 2\n",       // lease out of range
+        b"S 1 k o 5 30 -1\n",
+    ] {
+        assert!(matches!(client(line), Err(FrameError::BadFrame(_))), "{:?}", String::from_utf8_lossy(line));
+    }
+    for line in [
+        &b"G 1 k o 7 0 65535\n"[..], // no n leaves slot 65535 free
+        b"G 1 k o 7 0\n",
+        b"G 1 k o 0 0 1\n", // token 0
+        b"G 1 k o 7 0 1 1\n",
+    ] {
+        assert!(matches!(decode_server(line), Err(FrameError::BadFrame(_))), "{:?}", String::from_utf8_lossy(line));
+    }
+}
+
+#[test]
+fn multi_key_acquire_bytes() {
+    let keys = KeySet::new(vec![k("seat-2"), k("seat-1")]).unwrap();
+    let f = ClientFrame::AcquireAll { id: RequestId(9), owner: o("ab"), wait: 0, lease: 10, keys };
+    assert_eq!(&f.to_bytes()[..], b"K 9 ab 0 10 seat-2 seat-1\n");
+    assert_eq!(f.encoded_len(), 26);
+    assert_eq!(client(b"K 9 ab 0 10 seat-2 seat-1\n").unwrap(), Some((f, 26)));
+    // 16 keys is the most.
+    let sixteen: Vec<String> = (0..16).map(|i| format!("k{i}")).collect();
+    let line = format!("K 1 o 1 1 {}\n", sixteen.join(" "));
+    let Some((ClientFrame::AcquireAll { keys, .. }, _)) = client(line.as_bytes()).unwrap() else { panic!() };
+    assert_eq!(keys.len(), 16);
+    assert_eq!(keys.first(), &k("k0"));
+}
+
+#[test]
+fn malformed_multi_key_frames_are_refused() {
+    let seventeen: Vec<String> = (0..17).map(|i| format!("k{i}")).collect();
+    let long = format!("K 1 o 1 1 {}\n", seventeen.join(" "));
+    for line in [
+        &b"K 1 o 1 1 a\n"[..], // one key
+        b"K 1 o 1 1\n",        // none
+        b"K 1 o 1 1 a a\n",    // twice the same
+        b"K 1 o 1 1 a b a\n",
+        b"K 1 o 256 1 a b\n", // wait out of range
+        b"K 1 o 1 251 a b\n", // lease out of range
+        b"K 01 o 1 1 a b\n",
+        b"K 1 o 1 1 a  b\n", // double space
+        long.as_bytes(),
+    ] {
+        assert!(matches!(client(line), Err(FrameError::BadFrame(_))), "{:?}", String::from_utf8_lossy(line));
+    }
+    // Longer than 512 bytes: too large, however valid its keys.
+    let big: Vec<String> = (0..3).map(|i| format!("{i}{}", "k".repeat(200))).collect();
+    let huge = format!("K 1 o 1 1 {}\n", big.join(" "));
+    assert_eq!(client(huge.as_bytes()), Err(FrameError::TooLarge));
+    let set = KeySet::new(big.iter().map(|s| k(s)).collect()).unwrap();
+    let f = ClientFrame::AcquireAll { id: RequestId(1), owner: o("o"), wait: 1, lease: 1, keys: set };
+    assert!(f.encoded_len() > MAX_FRAME, "a client sees that it does not fit");
+}
+
+#[test]
+fn key_sets_hold_two_to_sixteen_distinct_keys() {
+    assert!(KeySet::new(vec![k("a")]).is_err());
+    assert!(KeySet::new(vec![k("a"), k("a")]).is_err());
+    assert!(KeySet::new((0..17).map(|i| k(&format!("k{i}"))).collect()).is_err());
+    assert_eq!(KeySet::new((0..16).map(|i| k(&format!("k{i}"))).collect()).unwrap().len(), 16);
+}

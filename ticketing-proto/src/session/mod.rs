@@ -424,6 +424,10 @@ impl Session {
                     }
                 }
             }
+            // No counted acquire is ever sent by this session yet.
+            ServerFrame::GrantedShared { .. } => {
+                self.close(CloseReason::Protocol("counted grant with no pending acquire"))
+            }
             ServerFrame::Timeout { id, key } => self.keyed_answer(id, &key, Class::Acquire, Answer::Timeout),
             ServerFrame::Busy { id, key } => self.keyed_answer(id, &key, Class::Acquire, Answer::Busy),
             ServerFrame::Released { id, key } => self.keyed_answer(id, &key, Class::Release, Answer::Released),
