@@ -1,16 +1,17 @@
-//! `ticketing-bench`: workloads W1–W4 against Ticketing (standalone or a
+//! `ticketing-bench`: workloads W1–W7 against Ticketing (standalone or a
 //! 3-node cluster the bench starts itself from the release
 //! `ticketing-server`), and W1–W3 against etcd, ZooKeeper and Redis through
 //! the adapters of feature `peers` (scripts/bench-peers starts those).
 //! One line per run: `system=… workload=… ops_s=… p50_us=… p99_us=… …`.
 //! docs/benchmarks.md describes every field.
 
+mod grants;
 mod holds;
 mod procs;
 mod stats;
 mod system;
 mod w4;
-mod w5;
+mod w7;
 mod workloads;
 
 #[cfg(feature = "peers")]
@@ -24,7 +25,7 @@ use clap::{Parser, ValueEnum};
 use ticketing_client::TicketBroker;
 
 use crate::procs::Servers;
-use crate::system::{Backend, GrantAll, Ticketing};
+use crate::system::{Backend, GrantAll, MultiLock, Ticketing};
 use crate::workloads::{Killer, Report};
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -43,6 +44,10 @@ enum SystemArg {
     /// the duplicate-grant check catches it).
     #[value(hide = true)]
     TestGrantAll,
+    /// Test only: multi-key locks taken one key at a time in the order
+    /// given, which deadlock (the smoke shows W6's stall detector sees it).
+    #[value(hide = true)]
+    TestMultilock,
 }
 
 impl SystemArg {
@@ -54,6 +59,7 @@ impl SystemArg {
             SystemArg::Zookeeper => "zookeeper",
             SystemArg::Redis => "redis",
             SystemArg::TestGrantAll => "test-grant-all",
+            SystemArg::TestMultilock => "test-multilock",
         }
     }
 }
@@ -73,7 +79,7 @@ struct Args {
     /// The system under test.
     #[arg(long, value_enum, default_value = "ticketing")]
     system: SystemArg,
-    /// Workloads, comma-separated: w1, w2, w3, w4, w5.
+    /// Workloads, comma-separated: w1 … w7.
     #[arg(long, value_delimiter = ',', default_value = "w1,w2,w3")]
     workload: Vec<String>,
     /// Seconds per run.
@@ -92,6 +98,12 @@ struct Args {
     /// W3 clients.
     #[arg(long, default_value_t = 8)]
     w3_clients: usize,
+    /// W5 clients on the semaphore of 4 permits.
+    #[arg(long, default_value_t = 16)]
+    w5_clients: usize,
+    /// W6 clients taking baskets of 4 keys out of 64.
+    #[arg(long, default_value_t = 16)]
+    w6_clients: usize,
     /// 2 s per run, and a small W4 (2 000 keys, 1 000 waiters, 20 connections).
     #[arg(long)]
     smoke: bool,
@@ -104,7 +116,7 @@ struct Args {
     /// W4: waiters to queue on held keys.
     #[arg(long, default_value_t = 10_000)]
     waiters: usize,
-    /// W5: grant/release pairs (250 s leases) over which the leader's RSS is sampled.
+    /// W7: grant/release pairs (250 s leases) over which the leader's RSS is sampled.
     #[arg(long, default_value_t = 1_000_000)]
     pairs: u64,
     /// W4: client connections to hold.
@@ -138,7 +150,7 @@ fn fsync_field(args: &Args) -> &'static str {
     let fsyncs = match args.system {
         // Durable mode (`--durable`) fsyncs per batch; memory mode does not.
         SystemArg::Ticketing | SystemArg::TicketingStandalone => args.durable,
-        SystemArg::TestGrantAll => false,
+        SystemArg::TestGrantAll | SystemArg::TestMultilock => false,
         // etcd and ZooKeeper fsync their log before they answer (their
         // defaults), unless started otherwise.
         SystemArg::Etcd | SystemArg::Zookeeper => !args.peer_no_fsync,
@@ -205,8 +217,12 @@ impl Ctx {
                 let counts = if workload == "w1" { self.args.clients.clone() } else { vec![self.args.w2_clients] };
                 for c in counts {
                     let ks = self.key_space(c);
-                    if self.args.system == SystemArg::TestGrantAll {
-                        let b: Arc<dyn Backend> = Arc::new(GrantAll::default());
+                    if matches!(self.args.system, SystemArg::TestGrantAll | SystemArg::TestMultilock) {
+                        let b: Arc<dyn Backend> = if self.args.system == SystemArg::TestGrantAll {
+                            Arc::new(GrantAll::default())
+                        } else {
+                            Arc::new(MultiLock::default())
+                        };
                         out.push(if workload == "w1" {
                             workloads::w1(system, b, c, ks, d).await
                         } else {
@@ -235,7 +251,10 @@ impl Ctx {
             "w3" => {
                 let c = self.args.w3_clients;
                 let ks = self.key_space(c);
-                if matches!(self.args.system, SystemArg::TicketingStandalone | SystemArg::TestGrantAll) {
+                if matches!(
+                    self.args.system,
+                    SystemArg::TicketingStandalone | SystemArg::TestGrantAll | SystemArg::TestMultilock
+                ) {
                     anyhow::bail!("W3 kills the leader of a cluster: use --system ticketing");
                 }
                 if ticketing {
@@ -276,17 +295,39 @@ impl Ctx {
                 out.push(w4::w4(system, &servers, &backend.broker, &p).await);
                 backend.close().await;
             }
-            "w5" => {
+            "w5" | "w6" => {
+                let c = if workload == "w5" { self.args.w5_clients } else { self.args.w6_clients };
+                let (servers, b): (Option<Servers>, Arc<dyn Backend>) = match self.args.system {
+                    SystemArg::TestGrantAll => (None, Arc::new(GrantAll::default())),
+                    SystemArg::TestMultilock => (None, Arc::new(MultiLock::default())),
+                    _ if ticketing => {
+                        let (servers, backend) = self.ticketing(Vec::new()).await?;
+                        (Some(servers), backend)
+                    }
+                    _ => anyhow::bail!(
+                        "{} runs against Ticketing only (counted and multi-key grants)",
+                        workload.to_uppercase()
+                    ),
+                };
+                out.push(if workload == "w5" {
+                    grants::w5(system, b.clone(), c, d).await
+                } else {
+                    grants::w6(system, b.clone(), c, d).await
+                });
+                b.close().await;
+                drop(servers);
+            }
+            "w7" => {
                 if !ticketing {
-                    anyhow::bail!("W5 runs against Ticketing only");
+                    anyhow::bail!("W7 runs against Ticketing only");
                 }
                 let pairs = if self.args.smoke { 50_000 } else { self.args.pairs };
                 let (servers, backend) = self.ticketing(Vec::new()).await?;
                 let b: Arc<dyn Backend> = backend.clone();
-                out.push(w5::w5(system, &servers, b, 64, pairs).await);
+                out.push(w7::w7(system, &servers, b, 64, pairs).await);
                 backend.close().await;
             }
-            other => anyhow::bail!("unknown workload {other:?}: w1, w2, w3, w4 or w5"),
+            other => anyhow::bail!("unknown workload {other:?}: w1, w2, w3, w4, w5, w6 or w7"),
         }
         Ok(out)
     }
@@ -321,7 +362,12 @@ async fn main() {
         eprintln!("ticketing-bench: --duration must be seconds in (0, 3600]");
         std::process::exit(2);
     }
-    if args.clients.iter().chain([&args.w2_clients, &args.w3_clients]).any(|&c| c == 0 || c > 10_000) {
+    if args
+        .clients
+        .iter()
+        .chain([&args.w2_clients, &args.w3_clients, &args.w5_clients, &args.w6_clients])
+        .any(|&c| c == 0 || c > 10_000)
+    {
         eprintln!("ticketing-bench: client counts must be 1..=10000");
         std::process::exit(2);
     }

@@ -84,7 +84,7 @@ impl Backend for Etcd {
             match tokio::time::timeout(wait.max(Duration::from_millis(1)), lc.lock(key, Some(opts))).await {
                 Ok(Ok(resp)) => {
                     let token = resp.header().map_or(0, |h| h.revision()) as u64;
-                    Acq::Granted(Held { token, inner: Box::new(resp.key().to_vec()) })
+                    Acq::Granted(Held { token, slot: None, inner: Box::new(resp.key().to_vec()) })
                 }
                 Ok(Err(e)) => Acq::Failed(format!("etcd:{e}")),
                 // The lock request may stay queued in etcd under this lease.
@@ -208,7 +208,7 @@ impl Backend for Zk {
     fn acquire<'a>(&'a self, _client: usize, key: &'a str, wait: Duration, _lease: Duration) -> Fut<'a, Acq> {
         Box::pin(async move {
             match self.lock(key, wait).await {
-                Ok(Some((path, token))) => Acq::Granted(Held { token, inner: Box::new(path) }),
+                Ok(Some((path, token))) => Acq::Granted(Held { token, slot: None, inner: Box::new(path) }),
                 Ok(None) => Acq::NotGranted,
                 Err(zookeeper_client::Error::ConnectionLoss) => Acq::Indeterminate,
                 Err(e) => Acq::Failed(format!("zk:{e}")),
@@ -283,7 +283,9 @@ impl Backend for Redis {
                     .query_async(&mut con)
                     .await;
                 match set {
-                    Ok(Some(_)) => return Acq::Granted(Held { token: 0, inner: Box::new((key.to_owned(), value)) }),
+                    Ok(Some(_)) => {
+                        return Acq::Granted(Held { token: 0, slot: None, inner: Box::new((key.to_owned(), value)) })
+                    }
                     Ok(None) if Instant::now() < deadline => continue, // spin-retry
                     Ok(None) => return Acq::NotGranted,
                     Err(e) => return Acq::Failed(format!("redis:{e}")),

@@ -1,5 +1,5 @@
 //! Workloads W1–W3, driven through any [`Backend`] (W4 is Ticketing only:
-//! `crate::w4`). Every loop ends at the run's deadline; an acquire waits at
+//! `crate::w4`; W5 and W6 are in `crate::grants`). Every loop ends at the run's deadline; an acquire waits at
 //! most its own bound, so a run ends within deadline + that bound.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -36,16 +36,16 @@ impl Report {
 
 /// Counters shared by a workload's clients.
 #[derive(Default)]
-struct Counters {
-    pairs: AtomicU64,
-    errors: AtomicU64,
-    indeterminate: AtomicU64,
-    not_granted: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) pairs: AtomicU64,
+    pub(crate) errors: AtomicU64,
+    pub(crate) indeterminate: AtomicU64,
+    pub(crate) not_granted: AtomicU64,
     first_error: Mutex<Option<String>>,
 }
 
 impl Counters {
-    fn error(&self, what: String) {
+    pub(crate) fn error(&self, what: String) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         let mut f = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
         if f.is_none() {
@@ -54,7 +54,7 @@ impl Counters {
     }
 
     /// The counters and the verdict of the cross-client check of `holds`.
-    fn put(&self, r: &mut Report, holds: Vec<Hold>) {
+    pub(crate) fn put(&self, r: &mut Report, holds: Vec<Hold>) {
         let v = holds::check(holds);
         r.set("errors", self.errors.load(Ordering::Relaxed));
         r.set("not_granted", self.not_granted.load(Ordering::Relaxed));
@@ -76,8 +76,8 @@ impl Counters {
 /// still grant it) and the key retired, so W3's first grant is seen within
 /// about a second.
 const KEY_WAIT: Duration = Duration::from_secs(1);
-/// Lease of W1–W3.
-const LEASE: Duration = Duration::from_secs(30);
+/// Lease of W1–W3 (and W5, W6).
+pub(crate) const LEASE: Duration = Duration::from_secs(30);
 
 /// Events W3 watches: the kill instant and the first grant after it.
 #[derive(Default)]

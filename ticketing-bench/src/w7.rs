@@ -1,8 +1,8 @@
-//! W5 (Ticketing only): leader memory under churn. `clients` clients each
+//! W7 (Ticketing only): leader memory under churn. `clients` clients each
 //! acquire and release one key of their own, with 250 s leases, until
 //! `pairs` grant/release pairs are done; the leader's RSS is sampled after a
 //! warm-up and every tenth of the run. With timers that leave with their
-//! holder (docs/benchmarks.md, "W5") the RSS stays flat; a timer heap that
+//! holder (docs/benchmarks.md, "W7") the RSS stays flat; a timer heap that
 //! keeps every released grant's lease timer until it falls due grows with
 //! every pair for 250 s.
 
@@ -23,8 +23,8 @@ fn mib(b: u64) -> f64 {
     b as f64 / 1_048_576.0
 }
 
-/// Runs W5 against `servers` (the leader's RSS is measured: node 0 when standalone).
-pub async fn w5(system: &str, servers: &Servers, backend: Arc<dyn Backend>, clients: usize, pairs: u64) -> Report {
+/// Runs W7 against `servers` (the leader's RSS is measured: node 0 when standalone).
+pub async fn w7(system: &str, servers: &Servers, backend: Arc<dyn Backend>, clients: usize, pairs: u64) -> Report {
     let leader = backend.leader().await.unwrap_or(0);
     let pid = servers.pids()[leader];
     let done = Arc::new(AtomicU64::new(0));
@@ -34,7 +34,7 @@ pub async fn w5(system: &str, servers: &Servers, backend: Arc<dyn Backend>, clie
     for c in 0..clients {
         let (backend, done, errors) = (backend.clone(), done.clone(), errors.clone());
         tasks.push(tokio::spawn(async move {
-            let key = format!("w5-{}-{c}", std::process::id());
+            let key = format!("w7-{}-{c}", std::process::id());
             while done.load(Ordering::Relaxed) < pairs {
                 match backend.acquire(c, &key, Duration::from_secs(5), LEASE).await {
                     Acq::Granted(held) => match backend.release(c, held).await {
@@ -74,7 +74,7 @@ pub async fn w5(system: &str, servers: &Servers, backend: Arc<dyn Backend>, clie
     let max = samples.iter().copied().max().unwrap_or(0);
     let last = samples.last().copied().unwrap_or(0);
     let secs = start.elapsed().as_secs_f64();
-    let mut r = Report::new(system, "W5");
+    let mut r = Report::new(system, "W7");
     r.set("clients", clients)
         .set("pairs", done.load(Ordering::Relaxed))
         .set("lease_s", LEASE.as_secs())
