@@ -85,15 +85,36 @@ pub struct Ticketing {
     pub admin_ports: Vec<u16>,
 }
 
+/// The outcome of a Ticketing acquire of any kind (the slot of a counted grant kept).
+fn ticket(got: ticketing_client::Result<Option<ticketing_client::Ticket>>) -> Acq {
+    match got {
+        Ok(Some(t)) => Acq::Granted(Held { token: t.token(), slot: t.slot(), inner: Box::new(t) }),
+        Ok(None) => Acq::NotGranted,
+        Err(Error::Indeterminate) => Acq::Indeterminate,
+        Err(e) => Acq::Failed(e.code().to_owned()),
+    }
+}
+
 impl Backend for Ticketing {
     fn acquire<'a>(&'a self, _client: usize, key: &'a str, wait: Duration, lease: Duration) -> Fut<'a, Acq> {
+        Box::pin(async move { ticket(self.broker.acquire(key, wait, lease, Duration::ZERO).await) })
+    }
+
+    fn acquire_shared<'a>(
+        &'a self,
+        _client: usize,
+        key: &'a str,
+        n: u16,
+        wait: Duration,
+        lease: Duration,
+    ) -> Fut<'a, Acq> {
+        Box::pin(async move { ticket(self.broker.acquire_shared(key, n, wait, lease, Duration::ZERO).await) })
+    }
+
+    fn acquire_all<'a>(&'a self, _client: usize, keys: &'a [String], wait: Duration, lease: Duration) -> Fut<'a, Acq> {
         Box::pin(async move {
-            match self.broker.acquire(key, wait, lease, Duration::ZERO).await {
-                Ok(Some(t)) => Acq::Granted(Held { token: t.token(), slot: None, inner: Box::new(t) }),
-                Ok(None) => Acq::NotGranted,
-                Err(Error::Indeterminate) => Acq::Indeterminate,
-                Err(e) => Acq::Failed(e.code().to_owned()),
-            }
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            ticket(self.broker.acquire_all(&keys, wait, lease, Duration::ZERO).await)
         })
     }
 
