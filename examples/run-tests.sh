@@ -215,6 +215,27 @@ if [ -n "$langs" ]; then
     first=${langs%%,*}
     demo_case no-fence-chaos 1 "v[\"double_sold\"] >= 1 && v[\"fence_refusals\"] == 0" \
         --seats 20 --sellers 2 --languages "$first" --no-fence --chaos
+    # Baskets (acquire_all, fenced per seat) and general admission (acquire_shared, fenced per
+    # slot), each with the chaos, in every available language that has the mode; and without
+    # the fence, which must double-sell in that mode too.
+    for mode in basket general; do
+        mlangs=$("$TICKET_SALE_PYTHON" - "$HERE/ticket-sale" "$langs" "$mode" <<'EOF'
+import sys
+sys.path.insert(0, sys.argv[1])
+from sellers import MODES
+print(",".join(x for x in sys.argv[2].split(",") if sys.argv[3] in MODES[x]))
+EOF
+)
+        if [ -z "$mlangs" ]; then
+            fail "demo $mode: no available seller language has --$mode"; continue
+        fi
+        if [ "$mode" = basket ]; then margs=(--seats 48 --basket 2); msold=48; else margs=(--seats 40 --general 3); msold=40; fi
+        demo_case "$mode-chaos" 0 "v[\"sold\"] == $msold && v[\"double_sold\"] == 0 && v[\"fence_refusals\"] >= 1 && v[\"languages\"] == \"$mlangs\"" \
+            "${margs[@]}" --sellers 2 --languages "$mlangs" --chaos
+        if [ "$mode" = basket ]; then margs=(--seats 20 --basket 2); else margs=(--seats 20 --general 2); fi
+        demo_case "$mode-no-fence-chaos" 1 "v[\"double_sold\"] >= 1 && v[\"fence_refusals\"] == 0" \
+            "${margs[@]}" --sellers 2 --languages "${mlangs%%,*}" --no-fence --chaos
+    done
     if [ "${TICKET_SALE_SKIP_POSTGRES:-0}" != 1 ]; then
         demo_case postgres-chaos 0 "v[\"sold\"] == 30 && v[\"double_sold\"] == 0 && v[\"fence_refusals\"] >= 1" \
             --seats 30 --sellers 1 --db temp-postgres --chaos

@@ -9,7 +9,12 @@ The sellers write to three tables (see ``README.md``):
 - ``sales(id, event, seat, token, seller)``: one row per sale. There is
   deliberately NO unique constraint on ``(event, seat)``: a stale write that
   got through would show up as a seat with two rows, which is exactly what
-  ``double_sold`` counts.
+  ``double_sold`` counts;
+- ``windows(event, slot, seats, remaining)``: general admission only, the
+  box-office window of each slot of the semaphore and what it has left.
+
+Fence keys: the event key (one lock), ``EVENT/SEAT`` (basket mode: the lock
+of each seat) or ``EVENT#SLOT`` (general admission: one per slot).
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ SQLITE_SCHEMA = [
     "CREATE TABLE IF NOT EXISTS stock (event TEXT PRIMARY KEY, seats INTEGER NOT NULL, remaining INTEGER NOT NULL)",
     "CREATE TABLE IF NOT EXISTS sales (id INTEGER PRIMARY KEY AUTOINCREMENT, event TEXT NOT NULL,"
     " seat INTEGER NOT NULL, token INTEGER NOT NULL, seller TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS windows (event TEXT NOT NULL, slot INTEGER NOT NULL, seats INTEGER NOT NULL,"
+    " remaining INTEGER NOT NULL, PRIMARY KEY (event, slot))",
 ]
 
 PG_SCHEMA = [
@@ -35,7 +42,14 @@ PG_SCHEMA = [
     "CREATE TABLE IF NOT EXISTS stock (event TEXT PRIMARY KEY, seats INTEGER NOT NULL, remaining INTEGER NOT NULL)",
     "CREATE TABLE IF NOT EXISTS sales (id BIGSERIAL PRIMARY KEY, event TEXT NOT NULL,"
     " seat INTEGER NOT NULL, token BIGINT NOT NULL, seller TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS windows (event TEXT NOT NULL, slot INTEGER NOT NULL, seats INTEGER NOT NULL,"
+    " remaining INTEGER NOT NULL, PRIMARY KEY (event, slot))",
 ]
+
+
+def window_seats(seats: int, windows: int) -> List[int]:
+    """How many seats each window sells: window s sells s+1, s+1+N, s+1+2N, ..."""
+    return [len(range(s + 1, seats + 1, windows)) for s in range(windows)]
 
 
 def is_postgres(url: str) -> bool:
@@ -105,15 +119,24 @@ class Database:
         return "'" + s.replace("'", "''") + "'"
 
     # -- setup -----------------------------------------------------------------
-    def create_event(self, event: str, seats: int) -> None:
-        """Creates the tables if missing and a fresh stock row for `event`."""
+    def create_event(self, event: str, seats: int, windows: int = 0) -> None:
+        """Creates the tables if missing and a fresh stock row for `event`
+        (and, for general admission, one row per window); removes the
+        event's old sales and fence rows (its seats' and slots' too)."""
+        e = self._quote(event)
+        n = len(event) + 1
+        own_fences = f"key = {e} OR substr(key, 1, {n}) IN ({self._quote(event + '/')}, {self._quote(event + '#')})"
+        rows = [f"({e}, {s}, {c}, {c})" for s, c in enumerate(window_seats(seats, windows))]
         if self.pg:
             stmts = PG_SCHEMA + [
-                f"DELETE FROM sales WHERE event = {self._quote(event)}",
-                f"DELETE FROM fence WHERE key = {self._quote(event)}",
-                f"DELETE FROM stock WHERE event = {self._quote(event)}",
-                f"INSERT INTO stock (event, seats, remaining) VALUES ({self._quote(event)}, {seats}, {seats})",
+                f"DELETE FROM sales WHERE event = {e}",
+                f"DELETE FROM fence WHERE {own_fences}",
+                f"DELETE FROM stock WHERE event = {e}",
+                f"DELETE FROM windows WHERE event = {e}",
+                f"INSERT INTO stock (event, seats, remaining) VALUES ({e}, {seats}, {seats})",
             ]
+            if rows:
+                stmts.append("INSERT INTO windows (event, slot, seats, remaining) VALUES " + ", ".join(rows))
             self._psql(";\n".join(stmts))
             return
         db = self._sqlite()
@@ -126,10 +149,38 @@ class Database:
                 db.execute(s)
             db.execute("BEGIN IMMEDIATE")
             db.execute("DELETE FROM sales WHERE event = ?", (event,))
-            db.execute("DELETE FROM fence WHERE key = ?", (event,))
+            db.execute(f"DELETE FROM fence WHERE {own_fences}")
             db.execute("DELETE FROM stock WHERE event = ?", (event,))
+            db.execute("DELETE FROM windows WHERE event = ?", (event,))
             db.execute("INSERT INTO stock (event, seats, remaining) VALUES (?, ?, ?)", (event, seats, seats))
+            if rows:
+                db.execute("INSERT INTO windows (event, slot, seats, remaining) VALUES " + ", ".join(rows))
             db.execute("COMMIT")
+        finally:
+            db.close()
+
+    def newest_token(self, event: str, seats: List[int]) -> int:
+        """The largest token among the sales of `seats` of `event` (0 if none)."""
+        if not seats:
+            return 0
+        q = (f"SELECT coalesce(max(token), 0) FROM sales WHERE event = {self._quote(event)} "
+             f"AND seat IN ({','.join(str(int(s)) for s in seats)})")
+        if self.pg:
+            return int(self._psql(q)[0][0])
+        db = self._sqlite()
+        try:
+            return int(db.execute(q).fetchone()[0])
+        finally:
+            db.close()
+
+    def windows_left(self, event: str) -> int:
+        """General admission: the seats the windows of `event` say they have left, together."""
+        q = f"SELECT coalesce(sum(remaining), 0) FROM windows WHERE event = {self._quote(event)}"
+        if self.pg:
+            return int(self._psql(q)[0][0])
+        db = self._sqlite()
+        try:
+            return int(db.execute(q).fetchone()[0])
         finally:
             db.close()
 

@@ -2,7 +2,7 @@
 to start it. Every seller takes the same arguments (see README.md):
 
     --addrs A,B,C --db URL --event KEY --name NAME --lease SECS --deadline SECS
-    [--wait-start] [--pause-after-sales K] [--no-fence]
+    [--wait-start] [--pause-after-sales K] [--no-fence] [--basket K | --general N]
 """
 
 from __future__ import annotations
@@ -16,6 +16,13 @@ from typing import Callable, Dict, List, Optional, Tuple
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 ALL_LANGUAGES = ["rust", "python", "ruby", "node"]
+# The sale modes beyond one lock per event that each language's seller has.
+MODES: Dict[str, Tuple[str, ...]] = {
+    "rust": ("basket", "general"),
+    "python": (),
+    "ruby": (),
+    "node": (),
+}
 
 HINTS = {
     "rust": "needs cargo (a Rust toolchain): the demo builds examples/ticket-sale/rust itself",
@@ -157,9 +164,17 @@ class Languages:
             return True, ""
         return ok, why
 
-    def select(self, requested: Optional[List[str]]) -> List[str]:
-        """The languages to run. Requested and unavailable: a clear error."""
+    def select(self, requested: Optional[List[str]], mode: Optional[str] = None) -> List[str]:
+        """The languages to run (with `mode`: those whose seller has it).
+        Requested and unavailable, or without the mode: a clear error."""
         wanted = requested or ALL_LANGUAGES
+        if mode is not None:
+            lacking = [lang for lang in wanted if mode not in MODES[lang]]
+            if requested and lacking:
+                raise SystemExit(f"demo: the {','.join(lacking)} seller(s) have no --{mode} mode")
+            for lang in lacking:
+                self.log(f"{lang} seller: no --{mode} mode; not run")
+            wanted = [lang for lang in wanted if mode in MODES[lang]]
         status: Dict[str, Tuple[bool, str]] = {lang: self.check(lang) for lang in wanted}
         missing = [lang for lang in wanted if not status[lang][0]]
         for lang in missing:
