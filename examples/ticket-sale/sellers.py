@@ -21,7 +21,7 @@ MODES: Dict[str, Tuple[str, ...]] = {
     "rust": ("basket", "general"),
     "python": (),
     "ruby": (),
-    "node": (),
+    "node": ("basket", "general"),
 }
 
 HINTS = {
