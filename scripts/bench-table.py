@@ -187,6 +187,23 @@ def main():
             cells.append("—" if not b or not v else f"{b / v:.2f}×")
         w(f"| {label} | " + " | ".join(cells) + " |")
     w("")
+    w5 = find(runs, "ticketing", "W5", fsync="no")
+    w6 = find(runs, "ticketing", "W6", fsync="no")
+    if (w5 and "error" not in w5) or (w6 and "error" not in w6):
+        w("## W5, W6: counted and multi-key grants (Ticketing 3 nodes)")
+        w("")
+        if w5 and "error" not in w5:
+            w(f"- W5, {w5.get('clients')} clients on a semaphore of {w5.get('permits')}: {w5.get('ops_s')} grants/s, "
+              f"acquire p50 / p99 {ms(num(w5, 'p50_us'))} / {ms(num(w5, 'p99_us'))} ms; grants per client max/min "
+              f"{w5.get('max_grants')}/{w5.get('min_grants')} ({w5.get('fairness')}); grants per slot "
+              f"{w5.get('slot_grants')}; most holders at once {w5.get('max_holders')}; duplicate grants "
+              f"{w5.get('dup_grants')}")
+        if w6 and "error" not in w6:
+            w(f"- W6, {w6.get('clients')} clients, baskets of {w6.get('basket')} keys out of "
+              f"{w6.get('basket_keys')} in random order: {w6.get('ops_s')} grants/s, acquire p50 / p99 "
+              f"{ms(num(w6, 'p50_us'))} / {ms(num(w6, 'p99_us'))} ms; stalls {w6.get('stalls')} (longest wait "
+              f"without a grant {w6.get('longest_gap_ms')} ms); duplicate grants {w6.get('dup_grants')}")
+        w("")
     w4 = find(runs, "ticketing", "W4")
     if w4 and "error" not in w4:
         w("## W4: memory and capacity (Ticketing 3 nodes)")
