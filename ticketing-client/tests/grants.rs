@@ -206,3 +206,21 @@ async fn t_is_none_for_counted_and_multi_key_acquires() {
     assert!(fake.eofs().is_empty());
     b.close().await;
 }
+
+#[tokio::test]
+async fn an_unsolicited_counted_grant_is_released_with_its_exact_token() {
+    let fake = Fake::start(Behavior {
+        after_first_ok: vec!["G 999 orphan-pool feedface 778 0 3".into()],
+        ..Behavior::script(|r| match r.op() {
+            "R" => vec![line(format!("R {} {}", r.id(), r.key()))],
+            _ => vec![],
+        })
+    })
+    .await;
+    let b = ticketing_client::TicketBroker::connect(&fake.addr).await.unwrap();
+    assert!(fake.wait_for(secs(5.0), |f| f.count("R") == 1).await, "exact-token R within 5 s");
+    let r = &fake.requests()[0];
+    assert_eq!((r.key(), r.owner(), r.f[4].as_str()), ("orphan-pool", "feedface", "778"));
+    assert!(fake.eofs().contains(&0), "the session that got it was closed");
+    b.close().await;
+}
