@@ -24,7 +24,8 @@ class TestGrants < Minitest::Test
   end
 
   def queued(key, count)
-    assert TestHelper.wait_until(30) { server.waiters(key) == count }, "#{key}: #{server.waiters(key)} waiters, expected #{count}"
+    assert TestHelper.wait_until(30) { server.waiters(key) == count },
+           "#{key}: #{server.waiters(key)} waiters, expected #{count}"
   end
 
   def test_semaphore_of_two_third_waits_and_reuses_the_released_slot
