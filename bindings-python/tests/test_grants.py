@@ -112,7 +112,8 @@ def test_read_lock_is_shared_and_a_writer_waits_for_the_readers(server: Server, 
                 entered.set()
                 return t.slot
 
-        with a.read_lock(key, wait=1, lease=30) as r1, b.read_lock(key, wait=1, lease=30) as r2:
+        # Leases longer than the writer's wait: only the release on exit lets it in.
+        with a.read_lock(key, wait=1, lease=120) as r1, b.read_lock(key, wait=1, lease=120) as r2:
             assert r1.slot is not None and r2.slot is not None and r1.slot != r2.slot
             assert r1.token != r2.token
             with pytest.raises(ticketing.LockTimeout):
@@ -205,7 +206,7 @@ def test_async_semaphore_and_scoped_forms(server: Server, key: str) -> None:
         async with await ready(server.addr) as a, await ready(server.addr) as b, await ready(server.addr) as c:
             t1 = await a.acquire_shared(key, 2, 0, 30)
             assert isinstance(t1, aio.Ticket)
-            async with b.shared_lock(key, 2, wait=1, lease=30) as t2:
+            async with b.shared_lock(key, 2, wait=1, lease=120) as t2:
                 assert t1 is not None and {t1.slot, t2.slot} == {0, 1}
                 assert t1.keys == (key,)
                 assert await c.acquire_shared(key, 2, 0, 5) is None

@@ -84,8 +84,9 @@ class TestGrants < Minitest::Test
     a, b, w = brokers(3)
     entered = Queue.new
     writer = nil
-    a.with_read_lock(key, wait: 1, lease: 30) do |r1|
-      b.with_read_lock(key, wait: 1, lease: 30) do |r2|
+    # Leases longer than the writer's wait: only the release at the block's end lets it in.
+    a.with_read_lock(key, wait: 1, lease: 120) do |r1|
+      b.with_read_lock(key, wait: 1, lease: 120) do |r2|
         refute_nil r1.slot
         refute_nil r2.slot
         refute_equal r1.slot, r2.slot
