@@ -543,6 +543,7 @@ pub struct Ticket {
 impl fmt::Debug for Ticket {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Ticket")
+            .field("key", &self.key())
             .field("keys", &self.keys)
             .field("token", &self.token())
             .field("slot", &self.slot())
