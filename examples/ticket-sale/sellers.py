@@ -19,7 +19,7 @@ ALL_LANGUAGES = ["rust", "python", "ruby", "node"]
 # The sale modes beyond one lock per event that each language's seller has.
 MODES: Dict[str, Tuple[str, ...]] = {
     "rust": ("basket", "general"),
-    "python": (),
+    "python": ("basket", "general"),
     "ruby": (),
     "node": ("basket", "general"),
 }
