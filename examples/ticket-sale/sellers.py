@@ -20,7 +20,7 @@ ALL_LANGUAGES = ["rust", "python", "ruby", "node"]
 MODES: Dict[str, Tuple[str, ...]] = {
     "rust": ("basket", "general"),
     "python": ("basket", "general"),
-    "ruby": (),
+    "ruby": ("basket", "general"),
     "node": ("basket", "general"),
 }
 
