@@ -768,14 +768,11 @@ impl Model {
                 grants.push(given);
             }
         }
-        match frame {
-            ServerFrame::Released { key: rk, .. } => {
-                let (k2, token) = self.releases[&(conn, id)].clone();
-                assert_eq!(*rk, k2);
-                let g = self.grants.get(&k2).and_then(|gs| gs.iter().find(|g| g.token == token));
-                assert!(g.is_some_and(|g| g.released), "`R` only for a grant that was given and released");
-            }
-            _ => {}
+        if let ServerFrame::Released { key: rk, .. } = frame {
+            let (k2, token) = self.releases[&(conn, id)].clone();
+            assert_eq!(*rk, k2);
+            let g = self.grants.get(&k2).and_then(|gs| gs.iter().find(|g| g.token == token));
+            assert!(g.is_some_and(|g| g.released), "`R` only for a grant that was given and released");
         }
     }
 
