@@ -6,7 +6,7 @@ mod client_common;
 mod cluster_common;
 mod common;
 
-use client_common::{ready_broker, wait_waiters};
+use client_common::{gauge, gauge_becomes, ready_broker, wait_waiters};
 use cluster_common::{secs, within};
 use common::Server;
 use std::time::Duration;
@@ -133,5 +133,21 @@ async fn bad_counts_and_key_lists_never_reach_the_server() {
     // The connection is still good.
     let t = within(secs(10), "acquire", b.acquire("k", secs(0), secs(5), secs(0))).await.unwrap().unwrap();
     assert_eq!(t.release().await, Ok(true));
+    b.close().await;
+}
+
+#[tokio::test]
+async fn insufficient_time_on_a_multi_key_grant_releases_every_key_at_once() {
+    let admin = cluster_common::free_port();
+    let s = Server::with(&[], &["--admin-listen", &format!("127.0.0.1:{admin}")]);
+    let b = ready_broker(&s.addr).await;
+    // lease 2 s, budget 2 s: the conservative deadline (1.998 s) never leaves 2 s.
+    let r = within(secs(10), "acquire_all", b.acquire_all(&["p", "q", "r"], secs(0), secs(2), secs(2))).await;
+    assert_eq!(r.unwrap_err(), Error::InsufficientTime);
+    // The client releases every key with the grant's token (R), before the lease could end.
+    let released = r#"ticketing_releases_total{result="released"}"#;
+    assert!(gauge_becomes(admin, released, 3, secs(10)).await, "one R per key freed it");
+    let expiries = tokio::task::spawn_blocking(move || gauge(admin, "ticketing_expiries_total")).await.unwrap();
+    assert_eq!(expiries, Some(0), "freed by the releases, not by expiry");
     b.close().await;
 }
