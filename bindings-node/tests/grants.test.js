@@ -1,5 +1,5 @@
 // Counted and multi-key grants against a real standalone server
-// (docs/node.md, Shared, counted and multi-key locks): acquireShared
+// (docs/node.md, "Shared, counted and multi-key locks"): acquireShared
 // (semaphore slots), read/write locks, acquireAll (one token for every key),
 // the with* forms, AbortSignal, await using.
 'use strict'
