@@ -50,7 +50,7 @@ export interface AcquireOptions {
   signal?: AbortSignal | null
 }
 
-/** Options of `broker.withLock(key, options, fn)`. */
+/** Options of `broker.withLock(key, options, fn)` and the other scoped forms (`withSharedLock`, `withAllLocks`, `withReadLock`, `withWriteLock`). */
 export interface LockOptions extends AcquireOptions {
   /** At most this long in the server's FIFO queue (0–255; 0 = one immediate attempt). */
   wait: Seconds
@@ -98,12 +98,57 @@ export declare class TicketBroker implements AsyncDisposable {
   acquire(key: string, wait: Seconds, lease: Seconds, options: AcquireOptions): Promise<Ticket | null>
 
   /**
+   * A counted grant of `key`: at most `n` holders at once (a semaphore of
+   * `n` permits, `n` an integer 1–65535). The ticket has its own token and
+   * a `slot` (0 ≤ slot < n, the lowest one no current holder has), so work
+   * can be fenced per (key, slot). Requests with different `n` on one key
+   * are each granted by their own `n`; an exclusive `acquire` of the key
+   * waits for every counted holder, and they for it (FIFO, no overtaking).
+   *
+   * Resolves and rejects as `acquire` (TypeError for a non-number `n`,
+   * RangeError for a fraction or a value outside 1–65535).
+   */
+  acquireShared(key: string, n: number, wait: Seconds, lease: Seconds, budget?: Seconds, options?: AcquireOptions): Promise<Ticket | null>
+  /** `acquireShared(key, n, wait, lease, { signal })`: the budget left out (0). */
+  acquireShared(key: string, n: number, wait: Seconds, lease: Seconds, options: AcquireOptions): Promise<Ticket | null>
+
+  /**
+   * All of `keys` (2–16 distinct keys, the request within 512 bytes)
+   * exclusively and atomically: ONE ticket with ONE token that fences each
+   * key; `ticket.keys` lists them, `release()` frees every key. It waits in
+   * every key's queue and never deadlocks, whatever the key order.
+   *
+   * Resolves and rejects as `acquire` (TypeError for a non-array or a
+   * non-string key, RangeError for a bad count, a key twice or a bad key).
+   */
+  acquireAll(keys: readonly string[], wait: Seconds, lease: Seconds, budget?: Seconds, options?: AcquireOptions): Promise<Ticket | null>
+  /** `acquireAll(keys, wait, lease, { signal })`: the budget left out (0). */
+  acquireAll(keys: readonly string[], wait: Seconds, lease: Seconds, options: AcquireOptions): Promise<Ticket | null>
+
+  /**
    * Runs `fn(ticket)` while holding the lock and releases it afterwards,
    * also when `fn` throws (then `fn`'s error wins). Resolves to `fn`'s
    * value. Rejects with LockTimeoutError when not granted within `wait`,
    * or with any error of `acquire`.
    */
   withLock<T>(key: string, options: LockOptions, fn: (ticket: Ticket) => T | PromiseLike<T>): Promise<T>
+
+  /** `withLock` for a counted grant: `acquireShared(key, n, …)`. */
+  withSharedLock<T>(key: string, n: number, options: LockOptions, fn: (ticket: Ticket) => T | PromiseLike<T>): Promise<T>
+
+  /** `withLock` for all of `keys` at once: `acquireAll(keys, …)`. */
+  withAllLocks<T>(keys: readonly string[], options: LockOptions, fn: (ticket: Ticket) => T | PromiseLike<T>): Promise<T>
+
+  /**
+   * `withLock` holding the shared (read) side of a read/write lock on
+   * `key`: any number of readers hold it together; a writer
+   * (`withWriteLock`) waits for them, and readers that come after a waiting
+   * writer wait for it (FIFO, so writers never starve).
+   */
+  withReadLock<T>(key: string, options: LockOptions, fn: (ticket: Ticket) => T | PromiseLike<T>): Promise<T>
+
+  /** `withLock` holding the exclusive (write) side of a read/write lock on `key`. */
+  withWriteLock<T>(key: string, options: LockOptions, fn: (ticket: Ticket) => T | PromiseLike<T>): Promise<T>
 
   /**
    * Closes the broker: pending acquires reject with ClosedError, live
@@ -122,8 +167,12 @@ export declare class Ticket implements AsyncDisposable {
   private constructor()
   /** The fencing token: strictly increasing over all grants (1 ≤ token < 2^63). */
   readonly token: bigint
-  /** The key this ticket holds. */
+  /** The key this ticket holds (the first of `keys`). */
   readonly key: string
+  /** Every key this ticket holds: one, or all keys of `acquireAll` in the order given (frozen). */
+  readonly keys: readonly string[]
+  /** The slot of a counted grant (`acquireShared`, read locks), 0 ≤ slot < n; null for an exclusive grant. */
+  readonly slot: number | null
   /** Seconds left until the conservative deadline; 0 once expired. */
   remaining(): number
   /** True once the conservative deadline has passed. */
@@ -135,8 +184,9 @@ export declare class Ticket implements AsyncDisposable {
    */
   readonly signal: AbortSignal
   /**
-   * Releases exactly this grant: true when released, false when it no
-   * longer held the lock (expired, or released before). Rejects with
+   * Releases exactly this grant, every key of it: true when released, false
+   * when it no longer held the lock (expired, or released before; for
+   * several keys: any of them). Rejects with
    * ReleaseUnconfirmedError without a final answer within 5 s. A second
    * call resolves to the first definite result.
    */
@@ -185,7 +235,7 @@ export declare class AuthFailedError extends TicketingError {
   /** Always `'AUTH_FAILED'`. */
   readonly code: 'AUTH_FAILED'
 }
-/** `withLock` only: not granted within `wait` (the server answered `T`). */
+/** The scoped forms only (`withLock`, `withSharedLock`, …): not granted within `wait` (the server answered `T`). */
 export declare class LockTimeoutError extends TicketingError {
   /** Always `'LOCK_TIMEOUT'`. */
   readonly code: 'LOCK_TIMEOUT'

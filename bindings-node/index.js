@@ -3,7 +3,7 @@
 // A thin layer over the native module (native.js, built from src/ with
 // napi-rs), which drives the one Rust client (ticketing-client). This file
 // only does what the JavaScript idiom needs: argument types, AbortSignal,
-// typed errors, withLock, ticket.signal and Symbol.asyncDispose. Every rule
+// typed errors, the with* forms, ticket.signal and Symbol.asyncDispose. Every rule
 // of the protocol (rounding, ranges, routing, Indeterminate, the release
 // lane) lives in the Rust client. See docs/node.md.
 'use strict'
@@ -90,6 +90,18 @@ function checkKey(key) {
   if (typeof key !== 'string') throw new TypeError(`key must be a string, got ${describe(key)}`)
 }
 
+function checkKeys(keys) {
+  if (!Array.isArray(keys) || !keys.every((k) => typeof k === 'string')) {
+    throw new TypeError(`keys must be an array of strings, got ${describe(keys)}`)
+  }
+}
+
+function checkCount(name, value) {
+  if (typeof value !== 'number') {
+    throw new TypeError(`${name} must be a number, got ${describe(value)}`)
+  }
+}
+
 function checkSeconds(name, value) {
   if (typeof value !== 'number') {
     throw new TypeError(`${name} must be a number of seconds, got ${describe(value)}`)
@@ -147,7 +159,10 @@ function deadlineSignal(deadline, key) {
   return controller.signal
 }
 
-/** A granted lock: `token` (bigint), `key`, `remaining()`, `signal`, `release()`. */
+/**
+ * A granted lock: `token` (bigint), `key`, `keys`, `slot`, `remaining()`,
+ * `signal`, `release()`.
+ */
 class Ticket {
   #native
   #deadline
@@ -162,6 +177,8 @@ class Ticket {
     this.#deadline = performance.now() + nativeTicket.remaining() * 1000
     this.token = nativeTicket.token
     this.key = nativeTicket.key
+    this.keys = Object.freeze(nativeTicket.keys)
+    this.slot = nativeTicket.slot
     Object.freeze(this)
   }
 
@@ -177,11 +194,11 @@ class Ticket {
 
   /** Aborts at the conservative deadline (reason: a TicketExpiredError). */
   get signal() {
-    if (this.#signal === undefined) this.#signal = deadlineSignal(this.#deadline, this.key)
+    if (this.#signal === undefined) this.#signal = deadlineSignal(this.#deadline, this.keys.length > 1 ? this.keys : this.key)
     return this.#signal
   }
 
-  /** Releases exactly this grant: true, or false if it no longer held the lock. */
+  /** Releases exactly this grant (every key): true, or false if it no longer held the lock. */
   async release() {
     try {
       return await this.#native.release()
@@ -201,6 +218,34 @@ class Ticket {
 
 // ---------------------------------------------------------------------------
 // TicketBroker
+
+// acquire*(…, { signal }): the options may come in the budget's place.
+function budgetOrOptions(budget, options) {
+  if (budget !== null && typeof budget === 'object' && options === undefined) return [0, budget]
+  return [budget, options]
+}
+
+function checkFn(name, fn) {
+  if (typeof fn !== 'function') throw new TypeError(`${name} needs a function, got ${describe(fn)}`)
+}
+
+// The body of every with* form: LockTimeoutError on `T` (null), else runs
+// `fn(ticket)` and releases the ticket afterwards, also when `fn` throws.
+async function scoped(ticket, what, wait, fn) {
+  if (ticket === null) {
+    throw new LockTimeoutError(`${what} not granted within wait=${wait} s`)
+  }
+  let value
+  try {
+    value = await fn(ticket)
+  } catch (err) {
+    // The body's error wins; the lease ends the lock at the latest.
+    await ticket.release().catch(() => {})
+    throw err
+  }
+  await ticket.release()
+  return value
+}
 
 const fromNative = Symbol('fromNative')
 
@@ -264,12 +309,41 @@ class TicketBroker {
    * options may also come fourth, with the budget left out (0).
    */
   async acquire(key, wait, lease, budget = 0, options) {
-    if (budget !== null && typeof budget === 'object' && options === undefined) {
-      // acquire(key, wait, lease, { signal }): the budget left out.
-      options = budget
-      budget = 0
-    }
+    ;[budget, options] = budgetOrOptions(budget, options)
     checkKey(key)
+    return this.#granting(wait, lease, budget, options, (c) => this.#native.acquire(key, wait, lease, budget, c))
+  }
+
+  /**
+   * A counted grant of `key`, at most `n` holders at once (a semaphore of
+   * `n` permits): a Ticket with `slot` (0 ≤ slot < n), or null when not
+   * granted within `wait`. Options and budget as in `acquire`.
+   */
+  async acquireShared(key, n, wait, lease, budget = 0, options) {
+    ;[budget, options] = budgetOrOptions(budget, options)
+    checkKey(key)
+    checkCount('n', n)
+    return this.#granting(wait, lease, budget, options, (c) =>
+      this.#native.acquireShared(key, n, wait, lease, budget, c),
+    )
+  }
+
+  /**
+   * All of `keys` (2–16 distinct keys) exclusively and atomically: one
+   * Ticket with one token whose `release()` frees every key, or null when
+   * not granted within `wait`. Options and budget as in `acquire`.
+   */
+  async acquireAll(keys, wait, lease, budget = 0, options) {
+    ;[budget, options] = budgetOrOptions(budget, options)
+    checkKeys(keys)
+    return this.#granting(wait, lease, budget, options, (c) =>
+      this.#native.acquireAll([...keys], wait, lease, budget, c),
+    )
+  }
+
+  // The common part of every acquire: argument types, the AbortSignal and
+  // the errors around `call(canceller)` (a native acquire-like method).
+  async #granting(wait, lease, budget, options, call) {
     checkSeconds('wait', wait)
     checkSeconds('lease', lease)
     checkSeconds('budget', budget)
@@ -280,7 +354,7 @@ class TicketBroker {
     signal?.addEventListener('abort', onAbort, { once: true })
     let got
     try {
-      got = await this.#native.acquire(key, wait, lease, budget, canceller)
+      got = await call(canceller)
     } catch (err) {
       // Aborted before the acquire settled: whatever the client reports
       // (the cancel itself, or INDETERMINATE/CLOSED from the connection
@@ -306,22 +380,52 @@ class TicketBroker {
    * not granted within `wait`. Resolves to what `fn` returns.
    */
   async withLock(key, options, fn) {
-    if (typeof fn !== 'function') throw new TypeError(`withLock needs a function, got ${describe(fn)}`)
+    checkFn('withLock', fn)
     const { wait, lease, budget = 0, signal } = checkOptions('options', options)
     const ticket = await this.acquire(key, wait, lease, budget, { signal })
-    if (ticket === null) {
-      throw new LockTimeoutError(`lock ${JSON.stringify(key)} not granted within wait=${wait} s`)
-    }
-    let value
-    try {
-      value = await fn(ticket)
-    } catch (err) {
-      // The body's error wins; the lease ends the lock at the latest.
-      await ticket.release().catch(() => {})
-      throw err
-    }
-    await ticket.release()
-    return value
+    return scoped(ticket, `lock ${JSON.stringify(key)}`, wait, fn)
+  }
+
+  /** `withLock` for a counted grant (`acquireShared(key, n, …)`). */
+  async withSharedLock(key, n, options, fn) {
+    checkFn('withSharedLock', fn)
+    const { wait, lease, budget = 0, signal } = checkOptions('options', options)
+    const ticket = await this.acquireShared(key, n, wait, lease, budget, { signal })
+    return scoped(ticket, `shared lock ${JSON.stringify(key)} (n=${n})`, wait, fn)
+  }
+
+  /** `withLock` for all of `keys` at once (`acquireAll(keys, …)`). */
+  async withAllLocks(keys, options, fn) {
+    checkFn('withAllLocks', fn)
+    const { wait, lease, budget = 0, signal } = checkOptions('options', options)
+    const ticket = await this.acquireAll(keys, wait, lease, budget, { signal })
+    return scoped(ticket, `locks ${JSON.stringify(keys)}`, wait, fn)
+  }
+
+  /**
+   * `withLock` for the shared (read) side of a read/write lock on `key`:
+   * readers hold it together, a writer (`withWriteLock`) waits for them and
+   * they for it, in FIFO order.
+   */
+  async withReadLock(key, options, fn) {
+    checkFn('withReadLock', fn)
+    const { wait, lease, budget = 0, signal } = checkOptions('options', options)
+    checkKey(key)
+    const ticket = await this.#granting(wait, lease, budget, { signal }, (c) =>
+      this.#native.readLock(key, wait, lease, budget, c),
+    )
+    return scoped(ticket, `read lock ${JSON.stringify(key)}`, wait, fn)
+  }
+
+  /** `withLock` for the exclusive (write) side of a read/write lock on `key`. */
+  async withWriteLock(key, options, fn) {
+    checkFn('withWriteLock', fn)
+    const { wait, lease, budget = 0, signal } = checkOptions('options', options)
+    checkKey(key)
+    const ticket = await this.#granting(wait, lease, budget, { signal }, (c) =>
+      this.#native.writeLock(key, wait, lease, budget, c),
+    )
+    return scoped(ticket, `write lock ${JSON.stringify(key)}`, wait, fn)
   }
 
   /** Closes the broker: live tickets are released best-effort. Idempotent. */

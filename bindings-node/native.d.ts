@@ -41,6 +41,28 @@ export declare class NativeBroker {
    */
   acquire(key: string, wait: number, lease: number, budget: number, canceller?: Canceller | undefined | null): Promise<NativeTicket | null>
   /**
+   * A counted grant of `key` with limit `n` (an integer; the client
+   * checks 1–65535): a ticket with a `slot`, or null when not granted
+   * within `wait`. Cancelled like `acquire`.
+   */
+  acquireShared(key: string, n: number, wait: number, lease: number, budget: number, canceller?: Canceller | undefined | null): Promise<NativeTicket | null>
+  /**
+   * All of `keys` exclusively and atomically (the client checks 2–16
+   * distinct keys): one ticket with one token, or null when not granted
+   * within `wait`. Cancelled like `acquire`.
+   */
+  acquireAll(keys: Array<string>, wait: number, lease: number, budget: number, canceller?: Canceller | undefined | null): Promise<NativeTicket | null>
+  /**
+   * The shared (read) side of a read/write lock on `key` (the client's
+   * `read_lock`). Cancelled like `acquire`.
+   */
+  readLock(key: string, wait: number, lease: number, budget: number, canceller?: Canceller | undefined | null): Promise<NativeTicket | null>
+  /**
+   * The exclusive (write) side of a read/write lock on `key` (the
+   * client's `write_lock`). Cancelled like `acquire`.
+   */
+  writeLock(key: string, wait: number, lease: number, budget: number, canceller?: Canceller | undefined | null): Promise<NativeTicket | null>
+  /**
    * Closes the broker: live tickets are released best-effort, pending
    * acquires fail with code `CLOSED`, the connections close. Idempotent.
    */
@@ -54,14 +76,21 @@ export declare class NativeBroker {
 export declare class NativeTicket {
   /** The fencing token (1 ≤ token < 2^63) as a bigint. */
   get token(): bigint
-  /** The key this ticket holds. */
+  /** The key this ticket holds (the first of `keys`). */
   get key(): string
+  /**
+   * Every key this ticket holds: one, or all keys of an `acquireAll`
+   * in the order given.
+   */
+  get keys(): Array<string>
+  /** The slot of a counted grant (0 ≤ slot < n), null for an exclusive one. */
+  get slot(): number | null
   /** Seconds left until the conservative deadline (never negative). */
   remaining(): number
   /**
-   * Releases exactly this grant: true when released, false when it no
-   * longer held the lock; rejects with code `RELEASE_UNCONFIRMED` without a
-   * final answer within 5 s.
+   * Releases exactly this grant, every key of it: true when released,
+   * false when it no longer held the lock (any key); rejects with code
+   * `RELEASE_UNCONFIRMED` without a final answer within 5 s.
    */
   release(): Promise<boolean>
 }

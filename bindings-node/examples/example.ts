@@ -48,6 +48,28 @@ export async function main(addr: string): Promise<bigint> {
     if (!(err instanceof LockTimeoutError)) throw err
   }
 
+  // A semaphore of 2 permits on one key; the slot (0 or 1) names the
+  // resource to fence, per (key, slot).
+  const slot: number | null = await broker.withSharedLock('pool:db', 2, { wait: 5, lease: 30 }, (t) => t.slot)
+  console.log('slot', slot)
+
+  // Several keys at once, atomically, with ONE token for all of them.
+  const both: Ticket | null = await broker.acquireAll(['seat:45', 'seat:46'], 5, 30, { signal: AbortSignal.timeout(10_000) })
+  if (both !== null) {
+    await using held = both // releases every key at the end of this block
+    const keys: readonly string[] = held.keys
+    console.log(keys.join('+'), held.token)
+  }
+  await broker.withAllLocks(['seat:45', 'seat:46'], { wait: 5, lease: 30 }, async () => {})
+
+  // A read/write lock: readers share the key, a writer holds it alone.
+  const left: number = await broker.withReadLock('doc:1', { wait: 5, lease: 30 }, (t) => t.remaining())
+  await broker.withWriteLock('doc:1', { wait: 5, lease: 30, budget: 1 }, async (t) => {
+    if (t.slot !== null || left <= 0) throw new Error('a write lock is exclusive')
+  })
+  const permit: Ticket | null = await broker.acquireShared('pool:db', 2, 0, 30)
+  await permit?.release()
+
   // Several addresses (a cluster), a token and TLS:
   const cluster = new TicketBroker(['10.0.0.1:5225', '10.0.0.2:5225', '10.0.0.3:5225'], { token: 's3cret', tls: 'system-roots' })
   await cluster.close()

@@ -1,12 +1,13 @@
 //! `NativeBroker` (wrapping `ticketing_client::TicketBroker`) and
 //! `Canceller` (the native end of an acquire's `AbortSignal`).
 
+use std::future::Future;
 use std::time::Duration;
 
 use napi::bindgen_prelude::Object;
 use napi::Env;
 use napi_derive::napi;
-use ticketing_client::{TicketBroker, Tls};
+use ticketing_client::{Ticket, TicketBroker, Tls};
 use tokio::sync::watch;
 
 use crate::bridge;
@@ -107,19 +108,76 @@ impl NativeBroker {
         canceller: Option<&Canceller>,
     ) -> napi::Result<Object<'e>, Code> {
         let inner = self.inner.clone();
-        let rx = canceller.map(|c| c.tx.subscribe());
-        let fut = async move {
-            let acquire = inner.acquire_secs(&key, wait, lease, budget);
-            match rx {
-                None => acquire.await.map_err(Failure::from),
-                Some(rx) => tokio::select! {
-                    biased;
-                    got = acquire => got.map_err(Failure::from),
-                    () = cancelled(rx) => Err(Failure::Aborted),
-                },
-            }
-        };
-        bridge::promise(env, fut, |got| got.map(NativeTicket::new))
+        granting(env, canceller, async move { inner.acquire_secs(&key, wait, lease, budget).await })
+    }
+
+    /// A counted grant of `key` with limit `n` (an integer; the client
+    /// checks 1–65535): a ticket with a `slot`, or null when not granted
+    /// within `wait`. Cancelled like `acquire`.
+    #[napi(ts_return_type = "Promise<NativeTicket | null>")]
+    #[allow(clippy::too_many_arguments)]
+    pub fn acquire_shared<'e>(
+        &self,
+        env: &'e Env,
+        key: String,
+        n: f64,
+        wait: f64,
+        lease: f64,
+        budget: f64,
+        canceller: Option<&Canceller>,
+    ) -> napi::Result<Object<'e>, Code> {
+        let n = integer("n", n)?;
+        let inner = self.inner.clone();
+        granting(env, canceller, async move { inner.acquire_shared_secs(&key, n, wait, lease, budget).await })
+    }
+
+    /// All of `keys` exclusively and atomically (the client checks 2–16
+    /// distinct keys): one ticket with one token, or null when not granted
+    /// within `wait`. Cancelled like `acquire`.
+    #[napi(ts_return_type = "Promise<NativeTicket | null>")]
+    pub fn acquire_all<'e>(
+        &self,
+        env: &'e Env,
+        keys: Vec<String>,
+        wait: f64,
+        lease: f64,
+        budget: f64,
+        canceller: Option<&Canceller>,
+    ) -> napi::Result<Object<'e>, Code> {
+        let inner = self.inner.clone();
+        granting(env, canceller, async move { inner.acquire_all_secs(&keys, wait, lease, budget).await })
+    }
+
+    /// The shared (read) side of a read/write lock on `key` (the client's
+    /// `read_lock`). Cancelled like `acquire`.
+    #[napi(ts_return_type = "Promise<NativeTicket | null>")]
+    pub fn read_lock<'e>(
+        &self,
+        env: &'e Env,
+        key: String,
+        wait: f64,
+        lease: f64,
+        budget: f64,
+        canceller: Option<&Canceller>,
+    ) -> napi::Result<Object<'e>, Code> {
+        let inner = self.inner.clone();
+        granting(env, canceller, async move { inner.read_lock_secs(&key, wait, lease, budget).await })
+    }
+
+    /// The exclusive (write) side of a read/write lock on `key` (the
+    /// client's `write_lock`). Cancelled like `acquire`.
+    #[napi(ts_return_type = "Promise<NativeTicket | null>")]
+    pub fn write_lock<'e>(
+        &self,
+        env: &'e Env,
+        key: String,
+        wait: f64,
+        lease: f64,
+        budget: f64,
+        canceller: Option<&Canceller>,
+    ) -> napi::Result<Object<'e>, Code> {
+        let inner = self.inner.clone();
+        granting(env, canceller, async move { inner.write_lock_secs(&key, wait, lease, budget).await })
     }
 
     /// Closes the broker: live tickets are released best-effort, pending
@@ -136,4 +194,37 @@ impl NativeBroker {
             |()| (),
         )
     }
+}
+
+/// The promise of one acquire-like client future: a `NativeTicket` or null.
+/// With a `canceller`, its `cancel()` drops `acquire` (the client's cancel)
+/// and the promise rejects with code `ABORTED`; a result that came first wins.
+fn granting<'e, F>(env: &'e Env, canceller: Option<&Canceller>, acquire: F) -> napi::Result<Object<'e>, Code>
+where
+    F: Future<Output = ticketing_client::Result<Option<Ticket>>> + Send + 'static,
+{
+    let rx = canceller.map(|c| c.tx.subscribe());
+    let fut = async move {
+        match rx {
+            None => acquire.await.map_err(Failure::from),
+            Some(rx) => tokio::select! {
+                biased;
+                got = acquire => got.map_err(Failure::from),
+                () = cancelled(rx) => Err(Failure::Aborted),
+            },
+        }
+    };
+    bridge::promise(env, fut, |got| got.map(NativeTicket::new))
+}
+
+/// A JS number that must be an integer (a count): a fraction, NaN, an
+/// infinity or a number beyond 2^53 (not exactly representable) is a
+/// RangeError. Its range is the client's to check.
+fn integer(name: &str, value: f64) -> napi::Result<i64, Code> {
+    const SAFE: f64 = 9_007_199_254_740_991.0; // Number.MAX_SAFE_INTEGER
+    if value.fract() != 0.0 || !value.is_finite() || value.abs() > SAFE {
+        return Err(invalid(format!("{name} must be an integer, got {value:?}")));
+    }
+    // Exact: an integer of magnitude ≤ 2^53 converts to i64 without loss.
+    Ok(value as i64)
 }

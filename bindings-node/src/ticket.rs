@@ -29,10 +29,23 @@ impl NativeTicket {
         BigInt::from(self.inner.token())
     }
 
-    /// The key this ticket holds.
+    /// The key this ticket holds (the first of `keys`).
     #[napi(getter)]
     pub fn key(&self) -> String {
         self.inner.key().to_string()
+    }
+
+    /// Every key this ticket holds: one, or all keys of an `acquireAll`
+    /// in the order given.
+    #[napi(getter)]
+    pub fn keys(&self) -> Vec<String> {
+        self.inner.keys().to_vec()
+    }
+
+    /// The slot of a counted grant (0 ≤ slot < n), null for an exclusive one.
+    #[napi(getter)]
+    pub fn slot(&self) -> Option<u32> {
+        self.inner.slot().map(u32::from)
     }
 
     /// Seconds left until the conservative deadline (never negative).
@@ -41,9 +54,9 @@ impl NativeTicket {
         self.inner.remaining().as_secs_f64()
     }
 
-    /// Releases exactly this grant: true when released, false when it no
-    /// longer held the lock; rejects with code `RELEASE_UNCONFIRMED` without a
-    /// final answer within 5 s.
+    /// Releases exactly this grant, every key of it: true when released,
+    /// false when it no longer held the lock (any key); rejects with code
+    /// `RELEASE_UNCONFIRMED` without a final answer within 5 s.
     #[napi(ts_return_type = "Promise<boolean>")]
     pub fn release<'e>(&self, env: &'e Env) -> napi::Result<Object<'e>, crate::error::Code> {
         let inner = Arc::clone(&self.inner);

@@ -43,6 +43,27 @@ const typeCases = [
   ['withLock with a string wait', () => broker.withLock('k', { wait: '1', lease: 5 }, () => 1), /wait/],
   ['withLock without options', () => broker.withLock('k', undefined, () => 1), /wait/],
   ['connect with an array', () => TicketBroker.connect(['127.0.0.1:1']), /addr must be/],
+  // Counted and multi-key grants.
+  ['acquireShared: key is a number', () => broker.acquireShared(1, 2, 1, 10), /key must be a string/],
+  ['acquireShared: n is a string', () => broker.acquireShared('k', '2', 1, 10), /n must be a number/],
+  ['acquireShared: n is a bigint', () => broker.acquireShared('k', 2n, 1, 10), /n must be a number/],
+  ['acquireShared: n is missing', () => broker.acquireShared('k'), /n must be a number/],
+  ['acquireShared: wait is missing', () => broker.acquireShared('k', 2), /wait/],
+  ['acquireShared: bad signal', () => broker.acquireShared('k', 2, 1, 10, 0, { signal: 1 }), /signal must be an AbortSignal/],
+  ['acquireAll: keys is a string', () => broker.acquireAll('a b', 1, 10), /keys must be an array of strings/],
+  ['acquireAll: keys is missing', () => broker.acquireAll(), /keys must be an array/],
+  ['acquireAll: a key is a number', () => broker.acquireAll(['a', 2], 1, 10), /keys must be an array of strings/],
+  ['acquireAll: keys is a Set', () => broker.acquireAll(new Set(['a', 'b']), 1, 10), /keys must be an array/],
+  ['acquireAll: lease is a string', () => broker.acquireAll(['a', 'b'], 1, '10'), /lease must be a number/],
+  ['withSharedLock without a function', () => broker.withSharedLock('k', 2, { wait: 1, lease: 5 }), /withSharedLock needs a function/],
+  ['withSharedLock with a string n', () => broker.withSharedLock('k', '2', { wait: 1, lease: 5 }, () => 1), /n must be a number/],
+  ['withAllLocks without a function', () => broker.withAllLocks(['a', 'b'], { wait: 1, lease: 5 }), /withAllLocks needs a function/],
+  ['withAllLocks with one string', () => broker.withAllLocks('a', { wait: 1, lease: 5 }, () => 1), /keys must be an array/],
+  ['withReadLock without a function', () => broker.withReadLock('k', { wait: 1, lease: 5 }), /withReadLock needs a function/],
+  ['withReadLock with a number key', () => broker.withReadLock(7, { wait: 1, lease: 5 }, () => 1), /key must be a string/],
+  ['withReadLock without options', () => broker.withReadLock('k', undefined, () => 1), /wait/],
+  ['withWriteLock without a function', () => broker.withWriteLock('k', { wait: 1, lease: 5 }), /withWriteLock needs a function/],
+  ['withWriteLock with a string wait', () => broker.withWriteLock('k', { wait: '1', lease: 5 }, () => 1), /wait must be a number/],
 ]
 for (const [name, call, pattern] of typeCases) {
   test(`TypeError: ${name}`, async () => {
@@ -75,6 +96,30 @@ const rangeCases = [
   ['waitReady(NaN)', () => broker.waitReady(NaN), /seconds/],
   ['connect to an address without a port', () => TicketBroker.connect('localhost'), /addr|port/],
   ['withLock with lease 0', () => broker.withLock('k', { wait: 0, lease: 0 }, () => 1), /lease/],
+  // Counted grants: n is an integer 1-65535 (the client checks the range).
+  ['acquireShared: n 0', () => broker.acquireShared('k', 0, 1, 10), /^n must be within 1\.\.=65535, got 0$/],
+  ['acquireShared: n -1', () => broker.acquireShared('k', -1, 1, 10), /n must be within 1\.\.=65535, got -1/],
+  ['acquireShared: n 65536', () => broker.acquireShared('k', 65536, 1, 10), /n must be within 1\.\.=65535, got 65536/],
+  ['acquireShared: n 1.5 (not an integer, never rounded)', () => broker.acquireShared('k', 1.5, 1, 10), /n must be an integer, got 1\.5/],
+  ['acquireShared: n NaN', () => broker.acquireShared('k', NaN, 1, 10), /n must be an integer/],
+  ['acquireShared: n Infinity', () => broker.acquireShared('k', Infinity, 1, 10), /n must be an integer/],
+  ['acquireShared: n 2^60', () => broker.acquireShared('k', 2 ** 60, 1, 10), /n must be an integer/],
+  ['acquireShared: bad key', () => broker.acquireShared('bad key', 2, 1, 10), /key/],
+  ['acquireShared: lease 0', () => broker.acquireShared('k', 2, 1, 0), /lease/],
+  ['acquireShared: budget above lease', () => broker.acquireShared('k', 2, 1, 10, 11), /budget/],
+  ['withSharedLock: n 0', () => broker.withSharedLock('k', 0, { wait: 1, lease: 5 }, () => 1), /n must be within/],
+  // Multi-key grants: 2-16 distinct valid keys, the request within 512 bytes.
+  ['acquireAll: no keys', () => broker.acquireAll([], 1, 10), /2-16 keys, got 0/],
+  ['acquireAll: one key', () => broker.acquireAll(['a'], 1, 10), /2-16 keys, got 1/],
+  ['acquireAll: 17 keys', () => broker.acquireAll(Array.from({ length: 17 }, (_, i) => `k${i}`), 1, 10), /2-16 keys, got 17/],
+  ['acquireAll: a key twice', () => broker.acquireAll(['a', 'b', 'a'], 1, 10), /key "a" is given twice/],
+  ['acquireAll: a bad key', () => broker.acquireAll(['a', 'bad key'], 1, 10), /visible ASCII.*"bad key"/],
+  ['acquireAll: an empty key', () => broker.acquireAll(['a', ''], 1, 10), /visible ASCII.*""/],
+  ['acquireAll: over 512 bytes', () => broker.acquireAll(['a', 'b', 'c'].map((c) => c.repeat(200)), 1, 10), /over the 512-byte frame limit/],
+  ['acquireAll: wait 256', () => broker.acquireAll(['a', 'b'], 256, 10), /wait/],
+  ['withAllLocks: one key', () => broker.withAllLocks(['a'], { wait: 1, lease: 5 }, () => 1), /2-16 keys/],
+  ['withReadLock: bad key', () => broker.withReadLock('a b', { wait: 1, lease: 5 }, () => 1), /key/],
+  ['withWriteLock: lease 0', () => broker.withWriteLock('k', { wait: 1, lease: 0 }, () => 1), /lease/],
 ]
 for (const [name, call, pattern] of rangeCases) {
   test(`RangeError: ${name}`, async () => {

@@ -54,13 +54,19 @@ export async function f(b: TicketBroker): Promise<void> {
   const code: 'CLOSED' = new BusyError('x').code
   await b.withLock('k', { wait: 1 }, async () => 1)   // lease is required
   new TicketBroker(['a:1'], { tls: 1 })
-  void n; void code
+  await b.acquireShared('k', '2', 1, 10)                  // n is a number
+  const slot: number = t!.slot                            // possibly null
+  t!.keys.push('x')                                       // keys are read-only
+  await b.acquireAll('a', 1, 10)                          // keys is an array
+  await b.withReadLock('k', { lease: 5 }, () => 1)        // wait is required
+  await b.withSharedLock('k', { wait: 1, lease: 5 }, () => 1) // n is required
+  void n; void code; void slot
 }
 `,
   )
   const r = tsc('bad', ['examples/bad-usage.ts'])
   assert.notEqual(r.status, 0)
-  for (const line of [4, 5, 6, 7, 8]) assert.match(r.out, new RegExp(`bad-usage\\.ts\\(${line},`), `no error on line ${line}:\n${r.out}`)
+  for (const line of [4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]) assert.match(r.out, new RegExp(`bad-usage\\.ts\\(${line},`), `no error on line ${line}:\n${r.out}`)
 })
 
 test('the ES module types (index.d.mts) declare the default export and the named ones', () => {
@@ -100,6 +106,10 @@ test('the compiled example (await using, withLock, signal) runs against a server
     // Everything the example acquired was released (await using / withLock).
     assert.equal((await srv.lock('seat:42')).holder, null)
     assert.equal((await srv.lock('seat:43')).holder, null)
+    // The counted and multi-key part of the example ran and released.
+    assert.match(r.stdout, /^slot 0$/m)
+    assert.match(r.stdout, /^seat:45\+seat:46 \d+n$/m)
+    for (const k of ['pool:db', 'seat:45', 'seat:46', 'doc:1']) assert.equal((await srv.lock(k)).holder, null, k)
   } finally {
     await srv.stop()
   }
