@@ -70,7 +70,7 @@ pub fn run(a: ClientArgs) -> anyhow::Result<()> {
                     Ok(_) => "timeout".to_owned(),
                     Err(e) => e.code().to_owned(),
                 };
-                rec.record(&Event::Acquire { client: a.id, key, call, ans, result })?;
+                rec.record(&Event::Acquire { client: a.id, key, call, ans, result, keys: vec![], n: None })?;
                 if matches!(other, Err(Error::Unavailable | Error::Busy | Error::Closed)) {
                     std::thread::sleep(Duration::from_millis(rng.range(50, 150)));
                 }
@@ -79,7 +79,18 @@ pub fn run(a: ClientArgs) -> anyhow::Result<()> {
         };
         let token = ticket.token();
         let dl = to_mono_ns(ticket.deadline());
-        rec.record(&Event::Grant { client: a.id, key: key.clone(), token, call, ans, dl })?;
+        rec.record(&Event::Grant {
+            client: a.id,
+            key: key.clone(),
+            token,
+            call,
+            ans,
+            dl,
+            keys: vec![],
+            want: vec![],
+            n: None,
+            slot: None,
+        })?;
         // The work: a short pause while holding.
         std::thread::sleep(Duration::from_millis(rng.range(10, 120)));
         let trigger = pause_trigger(&a.dir, a.id);
@@ -90,10 +101,11 @@ pub fn run(a: ClientArgs) -> anyhow::Result<()> {
             // until the nemesis sends SIGCONT; then it writes WITHOUT
             // checking again. The fence must refuse that write.
             let _ = std::fs::remove_file(&trigger);
-            rec.record(&Event::Pause { client: a.id, key: key.clone(), token, dl })?;
+            rec.record(&Event::Pause { client: a.id, key: key.clone(), token, dl, keys: vec![], slot: None })?;
             nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP)?;
         }
-        let outcome = conn.fenced_write(&key, token, a.id, |issued| paused || issued + ns(WRITE_MARGIN) <= dl);
+        let fence = db::Fence::Keys(std::slice::from_ref(&key));
+        let outcome = conn.fenced_write(fence, token, a.id, |issued| paused || issued + ns(WRITE_MARGIN) <= dl);
         let done = mono_ns();
         let (issued, result) = match outcome {
             Ok((issued, r)) => (issued, r.name().to_owned()),
@@ -102,7 +114,16 @@ pub fn run(a: ClientArgs) -> anyhow::Result<()> {
                 (done, "error".to_owned())
             }
         };
-        rec.record(&Event::Write { client: a.id, key: key.clone(), token, issued, done, result })?;
+        rec.record(&Event::Write {
+            client: a.id,
+            key: key.clone(),
+            token,
+            issued,
+            done,
+            result,
+            keys: vec![],
+            slot: None,
+        })?;
         let start = mono_ns();
         let r = rt.block_on(ticket.release());
         let end_t = mono_ns();
