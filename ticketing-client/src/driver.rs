@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use ticketing_proto::broker::{Broker, BrokerEvent, ConnId, Failure, Grant, OpId};
 use ticketing_proto::lane::Purpose;
-use ticketing_proto::params::AcquireParams;
+use ticketing_proto::params::{AcquireParams, AllParams, SharedParams};
 use ticketing_proto::session::CloseReason;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
@@ -40,11 +40,18 @@ const BATCH: usize = 128;
 /// Where an acquire's result goes.
 pub(crate) type AcquireReply = oneshot::Sender<Result<Option<Grant>, Failure>>;
 
+/// What an acquire asks for (`A`, `S` or `K`).
+pub(crate) enum AcquireReq {
+    Exclusive(AcquireParams),
+    Shared(SharedParams),
+    All(AllParams),
+}
+
 /// A request from a handle.
 pub(crate) enum Cmd {
     Acquire {
         cid: u64,
-        params: AcquireParams,
+        params: AcquireReq,
         reply: AcquireReply,
     },
     Cancel {
@@ -195,7 +202,11 @@ impl Driver {
         let now = Instant::now();
         match cmd {
             Cmd::Acquire { cid, params, reply } => {
-                let op = self.broker.acquire(now, &params);
+                let op = match &params {
+                    AcquireReq::Exclusive(p) => self.broker.acquire(now, p),
+                    AcquireReq::Shared(p) => self.broker.acquire_shared(now, p),
+                    AcquireReq::All(p) => self.broker.acquire_all(now, p),
+                };
                 self.acquires.insert(op, (cid, reply));
                 self.by_cid.insert(cid, op);
             }

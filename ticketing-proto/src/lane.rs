@@ -124,6 +124,11 @@ impl<C: Copy + PartialEq> Lane<C> {
         self.entries.len()
     }
 
+    /// How many more entries fit.
+    pub fn room(&self) -> usize {
+        self.capacity.saturating_sub(self.entries.len())
+    }
+
     /// True when nothing is queued or in flight.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()

@@ -2,8 +2,11 @@
 //! are rounded UP to whole seconds, then validated; values are never clamped.
 //! Every binding calls these before anything is sent.
 
-use crate::field::{Key, Owner};
-use crate::limits::{MAX_KEY_LEN, MAX_LEASE, MAX_WAIT, MIN_LEASE};
+use crate::field::{Key, KeySet, Owner, RequestId};
+use crate::frame::ClientFrame;
+use crate::limits::{
+    MAX_FRAME, MAX_KEY_LEN, MAX_LEASE, MAX_MULTI_KEYS, MAX_PERMITS, MAX_WAIT, MIN_LEASE, MIN_MULTI_KEYS,
+};
 use rand_core::RngCore;
 use std::fmt;
 
@@ -41,6 +44,17 @@ pub enum ParamError {
         /// The key given.
         key: String,
     },
+    /// A counted acquire's `n` outside 1–65535.
+    Permits {
+        /// The value given.
+        value: i64,
+    },
+    /// The keys of a multi-key acquire: fewer than 2 or more than 16, a key
+    /// given twice, a bad key, or a request longer than the 512-byte frame.
+    Keys {
+        /// Which rule, in words (names the offending key where there is one).
+        why: String,
+    },
 }
 
 impl fmt::Display for ParamError {
@@ -56,6 +70,8 @@ impl fmt::Display for ParamError {
             ParamError::Key { key } => {
                 write!(f, "key must be 1-{MAX_KEY_LEN} visible ASCII bytes (0x21-0x7E, no space), got {key:?}")
             }
+            ParamError::Permits { value } => write!(f, "n must be within 1..={MAX_PERMITS}, got {value}"),
+            ParamError::Keys { why } => write!(f, "keys: {why}"),
         }
     }
 }
@@ -67,6 +83,34 @@ impl std::error::Error for ParamError {}
 pub struct AcquireParams {
     /// The key.
     pub key: Key,
+    /// Whole seconds, 0–255.
+    pub wait: u8,
+    /// Whole seconds, 1–250.
+    pub lease: u8,
+    /// Whole seconds, 0–lease.
+    pub budget: u8,
+}
+
+/// Normalized counted-acquire parameters (`S`), ready for the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedParams {
+    /// The key.
+    pub key: Key,
+    /// Holders the request accepts at once, 1–65535.
+    pub n: u16,
+    /// Whole seconds, 0–255.
+    pub wait: u8,
+    /// Whole seconds, 1–250.
+    pub lease: u8,
+    /// Whole seconds, 0–lease.
+    pub budget: u8,
+}
+
+/// Normalized multi-key acquire parameters (`K`), ready for the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllParams {
+    /// 2–16 distinct keys, in the order given (the first is the one answers echo).
+    pub keys: KeySet,
     /// Whole seconds, 0–255.
     pub wait: u8,
     /// Whole seconds, 1–250.
@@ -128,6 +172,102 @@ pub fn acquire(key_text: &str, wait_s: f64, lease_s: f64, budget_s: f64) -> Resu
     Ok(AcquireParams { key, wait, lease, budget })
 }
 
+/// A counted acquire's `n`: 1–65535 (never clamped).
+pub fn permits(n: i64) -> Result<u16, ParamError> {
+    match u16::try_from(n) {
+        Ok(v) if v >= 1 => Ok(v),
+        _ => Err(ParamError::Permits { value: n }),
+    }
+}
+
+/// The keys of a multi-key acquire: 2–16 of them, each a valid key, none twice.
+/// The frame length is checked by [`acquire_all`], which knows `wait` and `lease`.
+pub fn key_set<S: AsRef<str>>(keys: &[S]) -> Result<KeySet, ParamError> {
+    if !(MIN_MULTI_KEYS..=MAX_MULTI_KEYS).contains(&keys.len()) {
+        return Err(ParamError::Keys {
+            why: format!("a multi-key acquire takes {MIN_MULTI_KEYS}-{MAX_MULTI_KEYS} keys, got {}", keys.len()),
+        });
+    }
+    let mut out: Vec<Key> = Vec::with_capacity(keys.len());
+    for text in keys {
+        let text = text.as_ref();
+        let Ok(k) = Key::new(text.to_owned()) else {
+            return Err(ParamError::Keys {
+                why: format!(
+                    "each key must be 1-{MAX_KEY_LEN} visible ASCII bytes (0x21-0x7E, no space), got {text:?}"
+                ),
+            });
+        };
+        if out.contains(&k) {
+            return Err(ParamError::Keys { why: format!("key {text:?} is given twice") });
+        }
+        out.push(k);
+    }
+    KeySet::new(out).map_err(|e| ParamError::Keys { why: e.0.to_owned() })
+}
+
+/// The longest `K` frame these keys can make: the id counted at its longest
+/// (20 digits) and a fresh 32-character owner.
+fn worst_case_len(keys: &KeySet, wait: u8, lease: u8) -> usize {
+    let owner = Owner::new("f".repeat(32)).unwrap_or_else(|_| unreachable!("hex is a valid owner"));
+    ClientFrame::AcquireAll { id: RequestId(u64::MAX), owner, wait, lease, keys: keys.clone() }.encoded_len()
+}
+
+/// All of a counted acquire's arguments at once (key, n, then wait, lease, budget).
+///
+/// ```
+/// use ticketing_proto::params;
+/// let p = params::acquire_shared("pool", 5, 1.0, 30.0, 0.0).unwrap();
+/// assert_eq!((p.n, p.wait, p.lease), (5, 1, 30));
+/// assert!(params::acquire_shared("pool", 0, 1.0, 30.0, 0.0).is_err()); // n below 1
+/// assert!(params::acquire_shared("pool", 65536, 1.0, 30.0, 0.0).is_err()); // n above 65535
+/// ```
+pub fn acquire_shared(
+    key_text: &str,
+    n: i64,
+    wait_s: f64,
+    lease_s: f64,
+    budget_s: f64,
+) -> Result<SharedParams, ParamError> {
+    let key = key(key_text)?;
+    let n = permits(n)?;
+    let wait = wait(wait_s)?;
+    let lease = lease(lease_s)?;
+    let budget = budget(budget_s, lease)?;
+    Ok(SharedParams { key, n, wait, lease, budget })
+}
+
+/// All of a multi-key acquire's arguments at once (keys, then wait, lease,
+/// budget), and the check that the `K` frame fits the 512-byte line.
+///
+/// ```
+/// use ticketing_proto::params;
+/// let p = params::acquire_all(&["a", "b"], 1.0, 30.0, 0.0).unwrap();
+/// assert_eq!(p.keys.len(), 2);
+/// assert!(params::acquire_all(&["a"], 1.0, 30.0, 0.0).is_err()); // one key
+/// assert!(params::acquire_all(&["a", "a"], 1.0, 30.0, 0.0).is_err()); // a key twice
+/// ```
+pub fn acquire_all<S: AsRef<str>>(
+    keys: &[S],
+    wait_s: f64,
+    lease_s: f64,
+    budget_s: f64,
+) -> Result<AllParams, ParamError> {
+    let keys = key_set(keys)?;
+    let wait = wait(wait_s)?;
+    let lease = lease(lease_s)?;
+    let budget = budget(budget_s, lease)?;
+    let len = worst_case_len(&keys, wait, lease);
+    if len > MAX_FRAME {
+        return Err(ParamError::Keys {
+            why: format!(
+                "the request would be {len} bytes, over the {MAX_FRAME}-byte frame limit (use fewer or shorter keys)"
+            ),
+        });
+    }
+    Ok(AllParams { keys, wait, lease, budget })
+}
+
 /// A fresh random owner: 128 bits from `rng` as 32 lowercase hex characters.
 pub fn owner<R: RngCore>(rng: &mut R) -> Owner {
     let mut raw = [0u8; 16];
@@ -167,6 +307,77 @@ mod tests {
         let e = acquire("k", 1.0, 2.0, 3.0).unwrap_err();
         assert_eq!(e, ParamError::OutOfRange { name: "budget", value: 3.0, min: 0, max: 2 });
         assert!(e.to_string().contains("budget"));
+    }
+
+    #[test]
+    fn permits_are_one_to_65535_never_clamped() {
+        assert_eq!(permits(1), Ok(1));
+        assert_eq!(permits(65535), Ok(65535));
+        assert_eq!(permits(0), Err(ParamError::Permits { value: 0 }));
+        assert_eq!(permits(-1), Err(ParamError::Permits { value: -1 }));
+        assert_eq!(permits(65536), Err(ParamError::Permits { value: 65536 }));
+        assert_eq!(permits(i64::MIN), Err(ParamError::Permits { value: i64::MIN }));
+        let e = acquire_shared("k", 70000, 1.0, 2.0, 0.0).unwrap_err();
+        assert_eq!(e.to_string(), "n must be within 1..=65535, got 70000");
+        let p = acquire_shared("k", 65535, 0.5, 2.5, 1.5).unwrap();
+        assert_eq!((p.key.as_str(), p.n, p.wait, p.lease, p.budget), ("k", 65535, 1, 3, 2));
+        // The key is checked first, then n, then the durations.
+        assert_eq!(acquire_shared("a b", 0, 1.0, 1.0, 0.0).unwrap_err(), ParamError::Key { key: "a b".into() });
+        assert!(matches!(acquire_shared("k", 0, f64::NAN, 1.0, 0.0), Err(ParamError::Permits { .. })));
+        assert!(matches!(acquire_shared("k", 2, f64::NAN, 1.0, 0.0), Err(ParamError::NotFinite { .. })));
+    }
+
+    fn keys_why(r: Result<AllParams, ParamError>) -> String {
+        match r {
+            Err(ParamError::Keys { why }) => why,
+            other => panic!("expected a Keys error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn key_lists_two_to_sixteen_distinct_valid() {
+        let p = acquire_all(&["b", "a", "c"], 1.0, 5.0, 0.0).unwrap();
+        let got: Vec<&str> = p.keys.as_slice().iter().map(|k| k.as_str()).collect();
+        assert_eq!(got, ["b", "a", "c"], "the order given is kept");
+        assert_eq!((p.wait, p.lease, p.budget), (1, 5, 0));
+        let sixteen: Vec<String> = (0..16).map(|i| format!("k{i}")).collect();
+        assert_eq!(acquire_all(&sixteen, 1.0, 5.0, 0.0).unwrap().keys.len(), 16);
+        let seventeen: Vec<String> = (0..17).map(|i| format!("k{i}")).collect();
+        assert!(keys_why(acquire_all(&seventeen, 1.0, 5.0, 0.0)).contains("got 17"));
+        assert!(keys_why(acquire_all(&["a"], 1.0, 5.0, 0.0)).contains("2-16 keys, got 1"));
+        assert!(keys_why(acquire_all::<&str>(&[], 1.0, 5.0, 0.0)).contains("got 0"));
+        assert!(keys_why(acquire_all(&["a", "b", "a"], 1.0, 5.0, 0.0)).contains("\"a\" is given twice"));
+        assert!(keys_why(acquire_all(&["a", "b c"], 1.0, 5.0, 0.0)).contains("\"b c\""));
+        assert!(keys_why(acquire_all(&["a", ""], 1.0, 5.0, 0.0)).contains("visible ASCII"));
+        let e = acquire_all(&["a", "a"], 1.0, 5.0, 0.0).unwrap_err();
+        assert!(e.to_string().starts_with("keys: "), "{e}");
+        // The keys come first, then the durations.
+        assert!(matches!(acquire_all(&["a", "b"], -1.0, 5.0, 0.0), Err(ParamError::Negative { .. })));
+        assert!(matches!(acquire_all(&["a", "b"], 1.0, 5.0, 6.0), Err(ParamError::OutOfRange { .. })));
+    }
+
+    #[test]
+    fn the_k_frame_must_fit_512_bytes_with_the_longest_id() {
+        // "K " + 20-digit id + " " + 32-char owner + " 255 250" = 63 bytes, then " key" per key and LF.
+        let head = 2 + 20 + 1 + 32 + 4 + 4;
+        let fits = |lens: &[usize]| head + lens.iter().map(|l| l + 1).sum::<usize>() + 1;
+        // Two keys of 250 bytes: 63 + 2 × 251 + 1 = 566 > 512.
+        let long = ["x".repeat(250), "y".repeat(250)];
+        assert!(fits(&[250, 250]) > MAX_FRAME);
+        assert!(keys_why(acquire_all(&long, 255.0, 250.0, 0.0)).contains("512-byte"));
+        // Exactly 512 with the worst-case id passes; one byte more does not.
+        let second = MAX_FRAME - fits(&[250, 0]);
+        assert_eq!(fits(&[250, second]), MAX_FRAME);
+        let ok = ["x".repeat(250), "y".repeat(second)];
+        assert!(acquire_all(&ok, 255.0, 250.0, 0.0).is_ok());
+        let over = ["x".repeat(250), "y".repeat(second + 1)];
+        assert!(keys_why(acquire_all(&over, 255.0, 250.0, 0.0)).contains("513 bytes"));
+        // Shorter wait and lease leave room for longer keys (the frame as sent counts).
+        assert!(acquire_all(&over, 9.0, 9.0, 0.0).is_ok());
+        let p = acquire_all(&ok, 255.0, 250.0, 0.0).unwrap();
+        let owner = Owner::new("0".repeat(32)).unwrap();
+        let frame = ClientFrame::AcquireAll { id: RequestId(u64::MAX), owner, wait: 255, lease: 250, keys: p.keys };
+        assert_eq!(frame.encoded_len(), MAX_FRAME);
     }
 
     #[test]

@@ -7,21 +7,43 @@ impl Broker {
     /// Starts an acquire (docs/client.md, Acquire): a fresh owner, then routing within the
     /// `wait` budget. The result comes as [`BrokerEvent::Acquired`].
     pub fn acquire(&mut self, now: Instant, params: &AcquireParams) -> OpId {
+        let p = params;
+        self.start_acquire(now, p.key.clone(), AcquireKind::Exclusive, p.wait, p.lease, p.budget)
+    }
+
+    /// Starts a counted acquire (`S … n`, docs/protocol.md §3.2): like
+    /// [`Broker::acquire`], answered with a grant that has a slot.
+    pub fn acquire_shared(&mut self, now: Instant, params: &SharedParams) -> OpId {
+        let p = params;
+        self.start_acquire(now, p.key.clone(), AcquireKind::Shared { n: p.n }, p.wait, p.lease, p.budget)
+    }
+
+    /// Starts a multi-key acquire (`K`, docs/protocol.md §3.2): like
+    /// [`Broker::acquire`], one grant (one token) for every key. An
+    /// Indeterminate end queries and releases every key through the lane.
+    pub fn acquire_all(&mut self, now: Instant, params: &AllParams) -> OpId {
+        let p = params;
+        let kind = AcquireKind::All { keys: p.keys.clone() };
+        self.start_acquire(now, p.keys.first().clone(), kind, p.wait, p.lease, p.budget)
+    }
+
+    fn start_acquire(&mut self, now: Instant, key: Key, kind: AcquireKind, wait: u8, lease: u8, budget: u8) -> OpId {
         let op = self.alloc_op();
         if self.phase != Phase::Open {
             self.events.push_back(BrokerEvent::Acquired { op, result: Err(Failure::Closed) });
             return op;
         }
         let owner = params::owner(&mut &mut *self.rng);
-        let budget_deadline = now + Duration::from_secs(u64::from(params.wait));
+        let budget_deadline = now + Duration::from_secs(u64::from(wait));
         self.ops.insert(
             op,
             AcquireOp {
-                key: params.key.clone(),
+                key,
+                kind,
                 owner,
-                wait: params.wait,
-                lease: params.lease,
-                budget: Duration::from_secs(u64::from(params.budget)),
+                wait,
+                lease,
+                budget: Duration::from_secs(u64::from(budget)),
                 budget_deadline,
                 state: OpState::Waiting,
             },
@@ -76,23 +98,34 @@ impl Broker {
             return;
         }
         let Some(a) = self.ops.remove(&op) else {
-            // The caller is gone (closed): a grant it will never see is compensated.
-            if let Answer::Granted { key, owner, token, .. } = answer {
-                self.enqueue_compensation(now, ExactGrant { key, owner, token });
+            // The caller is gone (closed): a grant it will never see is compensated, every key.
+            if let Answer::Granted { key, owner, token, other_keys, .. } = answer {
+                let mut keys = vec![key];
+                keys.extend(other_keys);
+                for g in exacts(&keys, &owner, token) {
+                    self.enqueue_compensation(now, g);
+                }
             }
             return;
         };
         self.timers.clear(Timer::Budget(op));
         let result = match answer {
-            Answer::Granted { token, waited_ms, t_send, .. } => {
+            Answer::Granted { token, waited_ms, t_send, slot, .. } => {
+                let keys = match &a.kind {
+                    AcquireKind::All { keys } => keys.as_slice().to_vec(),
+                    AcquireKind::Exclusive | AcquireKind::Shared { .. } => vec![a.key.clone()],
+                };
                 match deadline::check(t_send, waited_ms, a.lease, a.budget, now) {
                     Verdict::Ticket { deadline } => {
-                        let grant = Grant { id: op, key: a.key, owner: a.owner, token, deadline };
-                        self.live.insert(op, grant.exact());
+                        let grant = Grant { id: op, key: a.key, keys, owner: a.owner, token, slot, deadline };
+                        self.live.insert(op, grant.exacts());
                         Ok(Some(grant))
                     }
                     Verdict::InsufficientTime => {
-                        self.enqueue_compensation(now, ExactGrant { key: a.key, owner: a.owner, token });
+                        // Every key goes back (docs/client.md, Acquire step 4).
+                        for g in exacts(&keys, &a.owner, token) {
+                            self.enqueue_compensation(now, g);
+                        }
                         Err(Failure::InsufficientTime)
                     }
                 }
@@ -118,7 +151,9 @@ impl Broker {
     /// release it through the lane as a compensation.
     pub fn compensate(&mut self, now: Instant, grant: &Grant) {
         self.live.remove(&grant.id);
-        self.enqueue_compensation(now, grant.exact());
+        for g in grant.exacts() {
+            self.enqueue_compensation(now, g);
+        }
         self.dispatch(now);
     }
 }

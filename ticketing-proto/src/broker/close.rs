@@ -21,9 +21,9 @@ impl Broker {
             self.events.push_back(BrokerEvent::Acquired { op, result: Err(Failure::Closed) });
         }
         self.waiting.clear();
-        let mut live: Vec<(OpId, ExactGrant)> = self.live.drain().collect();
+        let mut live: Vec<(OpId, Vec<ExactGrant>)> = self.live.drain().collect();
         live.sort_by_key(|(id, _)| *id);
-        for (_, g) in live {
+        for g in live.into_iter().flat_map(|(_, all)| all) {
             let _ = self.put_on_lane(now, g.key, g.owner, Some(g.token), Purpose::BestEffort);
         }
         self.timers.set(Timer::CloseGrace, now + lane::DEADLINE);

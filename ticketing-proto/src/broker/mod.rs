@@ -47,10 +47,10 @@ mod release;
 mod route;
 
 use crate::deadline::{self, Verdict};
-use crate::field::{Addr, Hex32, Key, Owner, Role, Token};
+use crate::field::{Addr, Hex32, Key, KeySet, Owner, Role, Token};
 use crate::lane::{self, ExactGrant, Lane, Outcome, Purpose};
 pub use crate::op::OpId;
-use crate::params::{self, AcquireParams};
+use crate::params::{self, AcquireParams, AllParams, SharedParams};
 use crate::session::{Answer, CancelOutcome, CloseReason, Closed, Request, Session, SessionConfig, SessionEvent};
 use crate::timer::TimerTable;
 use bytes::Bytes;
@@ -168,21 +168,35 @@ pub struct ConnId(pub u64);
 pub struct Grant {
     /// The acquire that produced it.
     pub id: OpId,
-    /// Key.
+    /// Key (the first key of a multi-key grant).
     pub key: Key,
+    /// Every key of the grant, `key` first: one for `A` and `S`, 2–16 for `K`.
+    pub keys: Vec<Key>,
     /// Owner (fresh per acquire).
     pub owner: Owner,
-    /// Fencing token.
+    /// Fencing token (one for every key of a multi-key grant).
     pub token: Token,
+    /// The slot of a counted grant; `None` for an exclusive one.
+    pub slot: Option<u16>,
     /// Conservative deadline (docs/client.md, Acquire step 4).
     pub deadline: Instant,
 }
 
 impl Grant {
-    /// The exact (key, owner, token) to release.
+    /// The exact (key, owner, token) to release, for the first key.
     pub fn exact(&self) -> ExactGrant {
         ExactGrant { key: self.key.clone(), owner: self.owner.clone(), token: self.token }
     }
+
+    /// The exact (key, owner, token) of every key, first key first: a
+    /// multi-key grant is released key by key with its one token.
+    pub fn exacts(&self) -> Vec<ExactGrant> {
+        exacts(&self.keys, &self.owner, self.token)
+    }
+}
+
+fn exacts(keys: &[Key], owner: &Owner, token: Token) -> Vec<ExactGrant> {
+    keys.iter().map(|key| ExactGrant { key: key.clone(), owner: owner.clone(), token }).collect()
 }
 
 /// Why an operation failed. Exhaustive on purpose: every driver maps each
@@ -328,15 +342,35 @@ enum OpState {
     Sent(ConnId),
 }
 
+/// What an acquire asks for.
+#[derive(Debug, Clone)]
+enum AcquireKind {
+    /// `A`: the key alone.
+    Exclusive,
+    /// `S … n`: one of at most `n` counted holders.
+    Shared { n: u16 },
+    /// `K`: every key at once (the op's `key` is the first).
+    All { keys: KeySet },
+}
+
 #[derive(Debug)]
 struct AcquireOp {
     key: Key,
+    kind: AcquireKind,
     owner: Owner,
     wait: u8,
     lease: u8,
     budget: Duration,
     budget_deadline: Instant,
     state: OpState,
+}
+
+/// The outcomes so far of an explicit release of several keys.
+#[derive(Debug, Default)]
+struct ReleaseGroup {
+    left: usize,
+    not_holder: bool,
+    unconfirmed: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -357,7 +391,12 @@ pub struct Broker {
     ops: HashMap<OpId, AcquireOp>,
     waiting: VecDeque<OpId>,
     lane: Lane<ConnId>,
-    live: HashMap<OpId, ExactGrant>,
+    /// Live tickets: the exact grant of each of their keys.
+    live: HashMap<OpId, Vec<ExactGrant>>,
+    /// Explicit releases of multi-key tickets: one lane entry per key, one result.
+    groups: HashMap<OpId, ReleaseGroup>,
+    /// Lane entry → the group it belongs to.
+    group_of: HashMap<OpId, OpId>,
     hint: Option<String>,
     /// Round-robin positions: `[acquires, lane releases]`. Separate, so releases in
     /// between never shift the acquires' rotation (and vice versa).
@@ -405,6 +444,8 @@ impl Broker {
             waiting: VecDeque::new(),
             lane,
             live: HashMap::new(),
+            groups: HashMap::new(),
+            group_of: HashMap::new(),
             hint: None,
             rr: [0; 2],
             timers: TimerTable::new(),

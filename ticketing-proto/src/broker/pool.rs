@@ -62,8 +62,12 @@ impl Broker {
                     }
                 }
                 SessionEvent::Answer { op, answer } => self.on_answer(now, op, answer),
-                SessionEvent::OrphanGrant { key, owner, token } => {
-                    self.enqueue_compensation(now, ExactGrant { key, owner, token });
+                SessionEvent::OrphanGrant { key, owner, token, other_keys } => {
+                    let mut keys = vec![key];
+                    keys.extend(other_keys);
+                    for g in exacts(&keys, &owner, token) {
+                        self.enqueue_compensation(now, g);
+                    }
                 }
                 SessionEvent::Closed(closed) => {
                     self.on_session_closed(now, slot, conn, closed);
@@ -117,7 +121,7 @@ impl Broker {
         let mut back: Vec<OpId> = Vec::new();
         for (op, req) in unsent {
             match req {
-                Request::Acquire { .. } => {
+                Request::Acquire { .. } | Request::AcquireShared { .. } | Request::AcquireAll { .. } => {
                     if let Some(a) = self.ops.get_mut(&op) {
                         a.state = OpState::Waiting;
                         self.timers.set(Timer::Budget(op), a.budget_deadline);
@@ -138,16 +142,18 @@ impl Broker {
     /// retried on another connection.
     fn fail_possibly_sent(&mut self, now: Instant, conn: ConnId, possibly_sent: Vec<(OpId, Request)>) {
         for (op, req) in possibly_sent {
-            match req {
-                Request::Acquire { key, owner, .. } => {
-                    if self.ops.remove(&op).is_some() {
-                        self.timers.clear(Timer::Budget(op));
-                        self.events.push_back(BrokerEvent::Acquired { op, result: Err(Failure::Indeterminate) });
-                    }
-                    // Also for a cancelled acquire (no longer in `ops`): it may have been granted.
-                    self.enqueue_resolve(now, key, owner);
+            if let Some((owner, keys)) = req.acquire_keys() {
+                if self.ops.remove(&op).is_some() {
+                    self.timers.clear(Timer::Budget(op));
+                    self.events.push_back(BrokerEvent::Acquired { op, result: Err(Failure::Indeterminate) });
                 }
-                Request::Release { .. } | Request::Query { .. } => self.lane.requeue(op, Some(conn)),
+                // Also for a cancelled acquire (no longer in `ops`): it may have been granted.
+                // A multi-key acquire: every key is asked about (and released on `H`) on its own.
+                for key in keys {
+                    self.enqueue_resolve(now, key, owner.clone());
+                }
+            } else {
+                self.lane.requeue(op, Some(conn));
             }
         }
     }

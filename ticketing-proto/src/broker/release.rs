@@ -4,19 +4,44 @@
 use super::*;
 
 impl Broker {
-    /// Releases a ticket's exact grant through the lane. `Explicit` results
-    /// come as [`BrokerEvent::Released`]; a full lane or a closed broker fails
-    /// at once (`Err`, nothing enqueued).
+    /// Releases a ticket's exact grant through the lane: one `R` per key
+    /// (a multi-key grant has one token for all its keys). `Explicit` results
+    /// come as one [`BrokerEvent::Released`] for the returned op once every
+    /// key has ended: true iff every key answered `R`, false if any answered
+    /// `N`, else [`Failure::ReleaseUnconfirmed`]. A lane without room for
+    /// every key, or a closed broker, fails at once (`Err`, nothing enqueued).
     pub fn release(&mut self, now: Instant, grant: &Grant, purpose: Purpose) -> Result<OpId, Failure> {
         if self.phase != Phase::Open {
             return Err(Failure::Closed);
         }
         self.live.remove(&grant.id);
-        let g = grant.exact();
-        let op = self.put_on_lane(now, g.key, g.owner, Some(g.token), purpose)?;
+        let mut all = grant.exacts();
+        if all.len() <= 1 {
+            let g = all.pop().unwrap_or_else(|| grant.exact());
+            let op = self.put_on_lane(now, g.key, g.owner, Some(g.token), purpose)?;
+            self.dispatch(now);
+            self.sync_lane_timer();
+            return Ok(op);
+        }
+        if purpose == Purpose::Explicit && self.lane.room() < all.len() {
+            return Err(Failure::ReleaseUnconfirmed);
+        }
+        let group = self.alloc_op();
+        let mut left = 0;
+        for g in all {
+            if let Ok(op) = self.put_on_lane(now, g.key, g.owner, Some(g.token), purpose) {
+                if purpose == Purpose::Explicit {
+                    self.group_of.insert(op, group);
+                    left += 1;
+                }
+            }
+        }
+        if purpose == Purpose::Explicit {
+            self.groups.insert(group, ReleaseGroup { left, ..ReleaseGroup::default() });
+        }
         self.dispatch(now);
         self.sync_lane_timer();
-        Ok(op)
+        Ok(group)
     }
 
     pub(super) fn enqueue_compensation(&mut self, now: Instant, grant: ExactGrant) {
@@ -74,14 +99,32 @@ impl Broker {
         outcome: Outcome,
     ) {
         let event = match purpose {
-            Purpose::Explicit => {
-                let result = match outcome {
-                    Outcome::Released => Ok(true),
-                    Outcome::NotHolder => Ok(false),
-                    Outcome::Unconfirmed => Err(Failure::ReleaseUnconfirmed),
-                };
-                BrokerEvent::Released { op, result }
-            }
+            Purpose::Explicit => match self.group_of.remove(&op) {
+                Some(group) => {
+                    let Some(g) = self.groups.get_mut(&group) else { return };
+                    g.left = g.left.saturating_sub(1);
+                    g.not_holder |= outcome == Outcome::NotHolder;
+                    g.unconfirmed |= outcome == Outcome::Unconfirmed;
+                    if g.left > 0 {
+                        return;
+                    }
+                    let result = match (g.not_holder, g.unconfirmed) {
+                        (true, _) => Ok(false),
+                        (false, true) => Err(Failure::ReleaseUnconfirmed),
+                        (false, false) => Ok(true),
+                    };
+                    self.groups.remove(&group);
+                    BrokerEvent::Released { op: group, result }
+                }
+                None => {
+                    let result = match outcome {
+                        Outcome::Released => Ok(true),
+                        Outcome::NotHolder => Ok(false),
+                        Outcome::Unconfirmed => Err(Failure::ReleaseUnconfirmed),
+                    };
+                    BrokerEvent::Released { op, result }
+                }
+            },
             Purpose::Resolve => BrokerEvent::Resolved { key, owner, token, outcome },
             purpose => match token {
                 Some(token) => BrokerEvent::LaneDone { grant: ExactGrant { key, owner, token }, purpose, outcome },

@@ -88,15 +88,19 @@ impl Broker {
                 self.waiting.pop_front();
                 continue;
             };
-            let (key, owner, max_wait, lease, budget_deadline) =
-                (a.key.clone(), a.owner.clone(), a.wait, a.lease, a.budget_deadline);
+            let (key, kind, owner, max_wait, lease, budget_deadline) =
+                (a.key.clone(), a.kind.clone(), a.owner.clone(), a.wait, a.lease, a.budget_deadline);
             let Some(slot) = self.pick(false, &[]) else { break };
             self.waiting.pop_front();
             // Never promise the server more waiting than the caller's budget has left.
             let left = budget_deadline.saturating_duration_since(now);
             let left_secs = left.as_secs() + u64::from(left.subsec_nanos() > 0);
             let wait = u8::try_from(left_secs.min(u64::from(max_wait))).unwrap_or(max_wait);
-            let req = Request::Acquire { key, owner, wait, lease };
+            let req = match kind {
+                AcquireKind::Exclusive => Request::Acquire { key, owner, wait, lease },
+                AcquireKind::Shared { n } => Request::AcquireShared { key, owner, wait, lease, n },
+                AcquireKind::All { keys } => Request::AcquireAll { keys, owner, wait, lease },
+            };
             let Some(c) = self.slots[slot].conn.as_mut() else { continue };
             match c.session.send(now, op, req) {
                 Ok(_) => {

@@ -1,7 +1,7 @@
 //! What goes in and out of a [`Session`](super::Session): its timing, the
 //! requests it sends, the answers and events it reports, and its errors.
 
-use crate::frame::{Addr, ErrorCode, Key, Owner, Role, Token};
+use crate::frame::{Addr, ErrorCode, Key, KeySet, Owner, Role, Token};
 use crate::op::OpId;
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -46,6 +46,32 @@ pub enum Request {
         /// Whole seconds 1–250.
         lease: u8,
     },
+    /// `S <id> <key> <owner> <wait> <lease> <n>`: a counted acquire, answered
+    /// `G` (or `T`, `B`) echoing `key` and, on `G`, `owner`.
+    AcquireShared {
+        /// Key.
+        key: Key,
+        /// Fresh owner of this logical acquire.
+        owner: Owner,
+        /// Whole seconds 0–255.
+        wait: u8,
+        /// Whole seconds 1–250.
+        lease: u8,
+        /// Holders accepted at once, 1–65535.
+        n: u16,
+    },
+    /// `K <id> <owner> <wait> <lease> <key1> … <keyN>`: every key at once,
+    /// answered `A` (or `T`, `B`) echoing the FIRST key and, on `A`, `owner`.
+    AcquireAll {
+        /// 2–16 distinct keys.
+        keys: KeySet,
+        /// Fresh owner of this logical acquire.
+        owner: Owner,
+        /// Whole seconds 0–255.
+        wait: u8,
+        /// Whole seconds 1–250.
+        lease: u8,
+    },
     /// `R <id> <key> <owner> <token>`
     Release {
         /// Key.
@@ -64,21 +90,45 @@ pub enum Request {
     },
 }
 
+impl Request {
+    /// True for the three acquires (`A`, `S`, `K`).
+    pub fn is_acquire(&self) -> bool {
+        matches!(self, Request::Acquire { .. } | Request::AcquireShared { .. } | Request::AcquireAll { .. })
+    }
+
+    /// An acquire's owner and every key it asks for (first key first); `None`
+    /// for a release or a query.
+    pub fn acquire_keys(&self) -> Option<(&Owner, Vec<Key>)> {
+        match self {
+            Request::Acquire { key, owner, .. } | Request::AcquireShared { key, owner, .. } => {
+                Some((owner, vec![key.clone()]))
+            }
+            Request::AcquireAll { keys, owner, .. } => Some((owner, keys.as_slice().to_vec())),
+            Request::Release { .. } | Request::Query { .. } => None,
+        }
+    }
+}
+
 /// A definite answer to a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
-    /// `A`: granted.
+    /// `A` (answering `A` or `K`) or `G` (answering `S`): granted.
     Granted {
-        /// Key (as registered and echoed).
+        /// Key (as registered and echoed; the first key of a `K`).
         key: Key,
         /// Owner (as registered and echoed).
         owner: Owner,
-        /// The fencing token.
+        /// The fencing token (one for every key of a `K`).
         token: Token,
         /// Server-side milliseconds from reading the request to the commit.
         waited_ms: u32,
         /// When the request was registered (≤ the moment it was written).
         t_send: Instant,
+        /// The slot of a counted grant (`G`); `None` for an exclusive one.
+        slot: Option<u16>,
+        /// The other keys of a `K`, in the order sent (empty for `A` and `S`):
+        /// granted with the same token.
+        other_keys: Vec<Key>,
     },
     /// `T`: not granted within `wait`.
     Timeout,
@@ -160,8 +210,8 @@ pub enum SessionEvent {
     },
     /// `L <addr>`: the leader is now `addr` (not filtered; the broker applies the allowlist).
     Leader(Addr),
-    /// An `A` with no pending entry: its exact grant, for the release lane.
-    /// Always followed by [`SessionEvent::Closed`].
+    /// An `A` or `G` with no pending (written) entry: its exact grant, for the
+    /// release lane. Always followed by [`SessionEvent::Closed`].
     OrphanGrant {
         /// Key as echoed.
         key: Key,
@@ -169,6 +219,11 @@ pub enum SessionEvent {
         owner: Owner,
         /// Token as echoed.
         token: Token,
+        /// When the grant's id names a registered `K` whose bytes were never
+        /// handed out, its other keys (same owner, same token); otherwise empty:
+        /// an `A` names only a `K`'s first key, and any other key of an unknown
+        /// request returns at lease end.
+        other_keys: Vec<Key>,
     },
     /// The session is over (reported exactly once).
     Closed(Closed),

@@ -30,7 +30,9 @@ mod tests;
 pub use messages::{Answer, CancelOutcome, CloseReason, Closed, Request, SendError, SessionConfig, SessionEvent};
 
 use crate::auth::{self, Label, Secret};
-use crate::frame::{decode_server, ClientFrame, ErrorCode, FrameError, Hex32, Key, RequestId, ServerFrame};
+use crate::frame::{
+    decode_server, ClientFrame, ErrorCode, FrameError, Hex32, Key, Owner, RequestId, ServerFrame, Token,
+};
 use crate::op::OpId;
 use crate::timer::TimerTable;
 use bytes::{Bytes, BytesMut};
@@ -162,10 +164,17 @@ impl Session {
         let id = self.alloc_id();
         let frame = match &req {
             Request::Acquire { key, owner, wait, lease } => {
-                self.acquires += 1;
-                let deadline = now + Duration::from_secs(u64::from(*wait)) + self.config.answer_grace;
-                self.timers.set(Timer::Answer(id), deadline);
+                self.start_acquire(now, id, *wait);
                 ClientFrame::Acquire { id, key: key.clone(), owner: owner.clone(), wait: *wait, lease: *lease }
+            }
+            Request::AcquireShared { key, owner, wait, lease, n } => {
+                self.start_acquire(now, id, *wait);
+                let (key, owner) = (key.clone(), owner.clone());
+                ClientFrame::AcquireShared { id, key, owner, wait: *wait, lease: *lease, n: *n }
+            }
+            Request::AcquireAll { keys, owner, wait, lease } => {
+                self.start_acquire(now, id, *wait);
+                ClientFrame::AcquireAll { id, owner: owner.clone(), wait: *wait, lease: *lease, keys: keys.clone() }
             }
             Request::Release { key, owner, token } => {
                 self.releases += 1;
@@ -308,6 +317,13 @@ impl Session {
         self.timers.next_deadline()
     }
 
+    /// An acquire is in flight: counted, and answered within `wait` plus the grace.
+    fn start_acquire(&mut self, now: Instant, id: RequestId, wait: u8) {
+        self.acquires += 1;
+        let deadline = now + Duration::from_secs(u64::from(wait)) + self.config.answer_grace;
+        self.timers.set(Timer::Answer(id), deadline);
+    }
+
     fn alloc_id(&mut self) -> RequestId {
         let id = RequestId(self.next_id);
         self.next_id += 1;
@@ -331,9 +347,10 @@ impl Session {
         match &p.kind {
             Kind::Request(op, req) => {
                 self.by_op.remove(op);
-                match req {
-                    Request::Acquire { .. } => self.acquires -= 1,
-                    Request::Release { .. } | Request::Query { .. } => self.releases -= 1,
+                if req.is_acquire() {
+                    self.acquires -= 1;
+                } else {
+                    self.releases -= 1;
                 }
             }
             Kind::Ping => self.ping_in_flight = false,
@@ -393,40 +410,10 @@ impl Session {
     fn on_ready_frame(&mut self, frame: ServerFrame) {
         match frame {
             ServerFrame::Granted { id, key, owner, token, waited_ms } => {
-                let matched = match self.pending.get(&id) {
-                    Some(Pending {
-                        kind: Kind::Request(_, Request::Acquire { key: k, owner: o, .. }),
-                        written,
-                        ..
-                    }) => {
-                        if !written {
-                            None // an answer to bytes never handed out: unsolicited
-                        } else {
-                            Some(*k == key && *o == owner)
-                        }
-                    }
-                    Some(_) => Some(false),
-                    None => None,
-                };
-                match matched {
-                    None => {
-                        self.events.push_back(SessionEvent::OrphanGrant { key, owner, token });
-                        self.close(CloseReason::Protocol("grant with no pending acquire"));
-                    }
-                    Some(false) => self.close(CloseReason::Protocol("grant does not match its request")),
-                    Some(true) => {
-                        if let Some(p) = self.take_pending(id) {
-                            if let Kind::Request(op, _) = p.kind {
-                                let answer = Answer::Granted { key, owner, token, waited_ms, t_send: p.t_send };
-                                self.events.push_back(SessionEvent::Answer { op, answer });
-                            }
-                        }
-                    }
-                }
+                self.on_grant(id, key, owner, token, waited_ms, None)
             }
-            // No counted acquire is ever sent by this session yet.
-            ServerFrame::GrantedShared { .. } => {
-                self.close(CloseReason::Protocol("counted grant with no pending acquire"))
+            ServerFrame::GrantedShared { id, key, owner, token, waited_ms, slot } => {
+                self.on_grant(id, key, owner, token, waited_ms, Some(slot))
             }
             ServerFrame::Timeout { id, key } => self.keyed_answer(id, &key, Class::Acquire, Answer::Timeout),
             ServerFrame::Busy { id, key } => self.keyed_answer(id, &key, Class::Acquire, Answer::Busy),
@@ -459,12 +446,73 @@ impl Session {
         }
     }
 
+    /// `A` (answers `A` and `K`) and `G` (answers `S`, `slot` given): id, op
+    /// class, key (a `K`'s first key) and owner must match a written acquire;
+    /// a `G`'s slot must be below the request's `n`. No written entry: the
+    /// grant is an orphan, handed to the release lane with its exact key,
+    /// owner and token (docs/client.md, Response matching); any other
+    /// mismatch is fatal too.
+    fn on_grant(&mut self, id: RequestId, key: Key, owner: Owner, token: Token, waited_ms: u32, slot: Option<u16>) {
+        enum Match {
+            /// No written entry; the other keys of an unsent `K` it names.
+            Orphan(Vec<Key>),
+            Mismatch,
+            /// The other keys of a `K` (empty for `A` and `S`).
+            Ok(Vec<Key>),
+        }
+        let m = match self.pending.get(&id) {
+            None => Match::Orphan(Vec::new()),
+            Some(Pending { kind: Kind::Request(_, req), written, .. }) => {
+                let others = |keys: &crate::field::KeySet| keys.as_slice()[1..].to_vec();
+                match (req, slot) {
+                    // An answer to bytes never handed out: unsolicited.
+                    (Request::AcquireAll { keys, owner: o, .. }, None) if !written => {
+                        Match::Orphan(if keys.first() == &key && *o == owner { others(keys) } else { Vec::new() })
+                    }
+                    _ if !written => Match::Orphan(Vec::new()),
+                    (Request::Acquire { key: k, owner: o, .. }, None) if *k == key && *o == owner => {
+                        Match::Ok(Vec::new())
+                    }
+                    (Request::AcquireAll { keys, owner: o, .. }, None) if keys.first() == &key && *o == owner => {
+                        Match::Ok(others(keys))
+                    }
+                    (Request::AcquireShared { key: k, owner: o, n, .. }, Some(s))
+                        if *k == key && *o == owner && s < *n =>
+                    {
+                        Match::Ok(Vec::new())
+                    }
+                    _ => Match::Mismatch,
+                }
+            }
+            Some(_) => Match::Mismatch,
+        };
+        match m {
+            Match::Orphan(other_keys) => {
+                self.events.push_back(SessionEvent::OrphanGrant { key, owner, token, other_keys });
+                self.close(CloseReason::Protocol(if slot.is_some() {
+                    "counted grant with no pending acquire"
+                } else {
+                    "grant with no pending acquire"
+                }));
+            }
+            Match::Mismatch => self.close(CloseReason::Protocol("grant does not match its request")),
+            Match::Ok(other_keys) => {
+                if let Some(Pending { kind: Kind::Request(op, _), t_send, .. }) = self.take_pending(id) {
+                    let answer = Answer::Granted { key, owner, token, waited_ms, t_send, slot, other_keys };
+                    self.events.push_back(SessionEvent::Answer { op, answer });
+                }
+            }
+        }
+    }
+
     /// `T`/`B` (acquire), `R` (release), `N` (release or query), `H`
     /// (query): id, op class and key must match.
     fn keyed_answer(&mut self, id: RequestId, key: &Key, class: Class, answer: Answer) {
         let ok = match self.pending.get(&id) {
             Some(Pending { kind: Kind::Request(_, req), written: true, .. }) => match (req, class) {
-                (Request::Acquire { key: k, .. }, Class::Acquire) => k == key,
+                (Request::Acquire { key: k, .. } | Request::AcquireShared { key: k, .. }, Class::Acquire) => k == key,
+                // A multi-key acquire is answered with its first key.
+                (Request::AcquireAll { keys, .. }, Class::Acquire) => keys.first() == key,
                 (Request::Release { key: k, .. }, Class::Release | Class::ReleaseOrQuery) => k == key,
                 (Request::Query { key: k, .. }, Class::Query | Class::ReleaseOrQuery) => k == key,
                 _ => false,
