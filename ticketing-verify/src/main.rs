@@ -286,7 +286,13 @@ fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         let table = checker::table(&out.report.rows);
         println!("\n{table}");
-        println!("accepted writes: {}, real duration: {:.1} s", out.report.accepted, out.elapsed.as_secs_f64());
+        println!(
+            "accepted writes: {}, counted grants: {}, multi-key grants: {}, real duration: {:.1} s",
+            out.report.accepted,
+            out.report.counted,
+            out.report.baskets,
+            out.elapsed.as_secs_f64()
+        );
         for e in &out.errors {
             println!("RUN ERROR: {e}");
         }
