@@ -152,7 +152,7 @@ text_field!(
     Addr, 255, "addr"
 );
 
-/// The keys of a multi-key acquire (`K`, docs/protocol.md §3.2): 2–16
+/// The keys of a multi-key acquire (`K`, docs/protocol.md, "Counted and multi-key grants"): 2–16
 /// ([`MIN_MULTI_KEYS`](crate::limits::MIN_MULTI_KEYS)–[`MAX_MULTI_KEYS`](crate::limits::MAX_MULTI_KEYS))
 /// distinct keys, in the order given (the answer echoes the first).
 /// Whether the whole frame fits 512 bytes depends on the other fields too:

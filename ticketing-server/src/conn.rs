@@ -11,6 +11,8 @@
 //! stalls anyone else. The manager's answers arrive on a bounded queue with
 //! one slot per allowed in-flight request.
 
+use crate::leader::Request;
+use crate::locks::GrantKind;
 use crate::manager::{ConnId, Delivery, ManagerHandle, ManagerRequest};
 use crate::replication::{self, Leadership};
 use bytes::{Buf, BytesMut};
@@ -375,10 +377,10 @@ impl ClientConn<'_> {
         }
         let read_at = Instant::now();
         let id = match &frame {
-            ClientFrame::Auth { .. } | ClientFrame::AcquireShared { .. } | ClientFrame::AcquireAll { .. } => {
-                return Some(End::Fatal(ServerFrame::error(ErrorCode::BadFrame)))
-            }
+            ClientFrame::Auth { .. } => return Some(End::Fatal(ServerFrame::error(ErrorCode::BadFrame))),
             ClientFrame::Acquire { id, .. }
+            | ClientFrame::AcquireShared { id, .. }
+            | ClientFrame::AcquireAll { id, .. }
             | ClientFrame::Release { id, .. }
             | ClientFrame::Query { id, .. }
             | ClientFrame::Ping { id } => *id,
@@ -399,17 +401,31 @@ impl ClientConn<'_> {
             return Some(End::Fatal(self.not_serving_frame(&l)));
         }
         let conn = self.id;
-        let req = match frame {
+        let read_at = read_at.into_std();
+        let request = match frame {
             ClientFrame::Acquire { id, key, owner, wait, lease } => {
-                ManagerRequest::Acquire { conn, id, key, owner, wait, lease, read_at }
+                Request::Acquire { id, key, kind: GrantKind::Exclusive, owner, wait, lease, read_at }
             }
-            ClientFrame::Release { id, key, owner, token } => ManagerRequest::Release { conn, id, key, owner, token },
-            ClientFrame::Query { id, key, owner } => ManagerRequest::Holds { conn, id, key, owner },
-            ClientFrame::Auth { .. }
-            | ClientFrame::Ping { .. }
-            | ClientFrame::AcquireShared { .. }
-            | ClientFrame::AcquireAll { .. } => unreachable!("handled above"),
+            ClientFrame::AcquireShared { id, key, owner, wait, lease, n } => {
+                Request::Acquire { id, key, kind: GrantKind::Shared { n }, owner, wait, lease, read_at }
+            }
+            ClientFrame::AcquireAll { id, owner, wait, lease, keys } => {
+                let key = keys.first().clone();
+                Request::Acquire {
+                    id,
+                    key,
+                    kind: GrantKind::All { keys: keys.into_vec() },
+                    owner,
+                    wait,
+                    lease,
+                    read_at,
+                }
+            }
+            ClientFrame::Release { id, key, owner, token } => Request::Release { id, key, owner, token },
+            ClientFrame::Query { id, key, owner } => Request::Holds { id, key, owner },
+            ClientFrame::Auth { .. } | ClientFrame::Ping { .. } => unreachable!("handled above"),
         };
+        let req = ManagerRequest::Request { conn, request };
         self.in_flight.insert(id);
         if self.ctx.manager.send(req).await.is_err() {
             return Some(End::Fatal(ServerFrame::error(ErrorCode::Internal)));

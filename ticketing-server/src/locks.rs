@@ -17,9 +17,28 @@ pub mod wire;
 pub use snapshot::SnapshotError;
 
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use table::HeldTable;
 use ticketing_proto::limits::TOKEN_MAX;
 use ticketing_proto::{Key, Owner, Token};
+
+/// How a grant holds its key(s) (docs/protocol.md, "Counted and multi-key grants").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GrantKind {
+    /// The key alone, exclusively (`A`).
+    Exclusive,
+    /// One of at most `n` counted holders of the key (`S … n`).
+    Shared {
+        /// The request's permit count, 1–65535.
+        n: u16,
+    },
+    /// Every one of `keys` exclusively, with one token (`K`); the key a
+    /// command names is one of them.
+    All {
+        /// 2–16 distinct keys, in the request's order.
+        keys: Vec<Key>,
+    },
+}
 
 /// Who a key is handed to in the same command that frees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +47,15 @@ pub struct NextHolder {
     pub owner: Owner,
     /// The waiter's lease, whole seconds.
     pub lease_s: u8,
+    /// How it holds the key (and, for [`GrantKind::All`], which other keys).
+    pub kind: GrantKind,
+}
+
+impl NextHolder {
+    /// An exclusive waiter of the key.
+    pub fn exclusive(owner: Owner, lease_s: u8) -> NextHolder {
+        NextHolder { owner, lease_s, kind: GrantKind::Exclusive }
+    }
 }
 
 /// Why a grant is freed: its holder's `R`, or the end of its lease.
@@ -44,12 +72,14 @@ pub enum FreeReason {
 /// token also carry its wall clock (`micros` since the Unix epoch) for the
 /// token rule of docs/protocol.md §6.
 ///
-/// On the wire (a Raft log entry) a [`Command::Free`] is the `Release` or
-/// `Expire` command of docs/cluster-protocol.md "Log entries", by its
-/// reason: the encoding is that of [`wire::WireCommand`], unchanged.
+/// On the wire (a Raft log entry) every command keeps the encoding of
+/// [`wire::WireCommand`]: a [`Command::Free`] that hands over to at most one
+/// exclusive waiter is the `Release` or `Expire` command peers have always
+/// read; the counted and multi-key forms have variants of their own
+/// (docs/cluster-protocol.md "Log entries").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    /// Grant a free key.
+    /// Grant a free key exclusively.
     Grant {
         /// The key.
         key: Key,
@@ -62,8 +92,38 @@ pub enum Command {
         /// Proposer's domain time, ms.
         dt: u64,
     },
-    /// Free the exact grant `(owner, token)` — released by its holder or
-    /// expired — and hand the key over to `next` in this same command.
+    /// A counted grant of `key`: taken when every holder is counted and
+    /// fewer than `n` hold; the holder gets the lowest slot no other has.
+    GrantShared {
+        /// The key.
+        key: Key,
+        /// The new holder.
+        owner: Owner,
+        /// The request's permit count, 1–65535.
+        n: u16,
+        /// Lease, whole seconds.
+        lease_s: u8,
+        /// Proposer's wall clock, µs since the epoch.
+        micros: u64,
+        /// Proposer's domain time, ms.
+        dt: u64,
+    },
+    /// Grant every key of `keys` exclusively with ONE token, or none of them.
+    GrantAll {
+        /// 2–16 distinct keys.
+        keys: Vec<Key>,
+        /// The new holder.
+        owner: Owner,
+        /// Lease, whole seconds.
+        lease_s: u8,
+        /// Proposer's wall clock, µs since the epoch.
+        micros: u64,
+        /// Proposer's domain time, ms.
+        dt: u64,
+    },
+    /// Free the exact grant `(owner, token)` of `key` — released by its
+    /// holder or expired — and hand the key over to every holder of `next`,
+    /// in order, in this same command.
     Free {
         /// Why: a release or an expiry (only the outcome's name differs).
         reason: FreeReason,
@@ -73,8 +133,8 @@ pub enum Command {
         owner: Owner,
         /// Holder's token.
         token: Token,
-        /// Queue head to hand the key to, in this same command.
-        next: Option<NextHolder>,
+        /// Queue heads to grant in this same command, in FIFO order.
+        next: Vec<NextHolder>,
         /// Proposer's wall clock, µs since the epoch.
         micros: u64,
         /// Proposer's domain time, ms.
@@ -90,18 +150,33 @@ pub enum Command {
 }
 
 impl Command {
-    /// The key the command is about (`None` for a `Tick`).
-    pub fn key(&self) -> Option<&Key> {
+    /// Every key the command can change: its key, every key of a
+    /// multi-key grant, and every key of a multi-key waiter it hands over to.
+    pub fn keys(&self) -> Vec<&Key> {
         match self {
-            Command::Grant { key, .. } | Command::Free { key, .. } => Some(key),
-            Command::Tick { .. } => None,
+            Command::Grant { key, .. } | Command::GrantShared { key, .. } => vec![key],
+            Command::GrantAll { keys, .. } => keys.iter().collect(),
+            Command::Free { key, next, .. } => {
+                let mut out = vec![key];
+                for n in next {
+                    if let GrantKind::All { keys } = &n.kind {
+                        out.extend(keys.iter().filter(|k| *k != key));
+                    }
+                }
+                out
+            }
+            Command::Tick { .. } => Vec::new(),
         }
     }
 
     /// The proposer's domain time, ms.
     pub fn dt(&self) -> u64 {
         match self {
-            Command::Grant { dt, .. } | Command::Free { dt, .. } | Command::Tick { dt } => *dt,
+            Command::Grant { dt, .. }
+            | Command::GrantShared { dt, .. }
+            | Command::GrantAll { dt, .. }
+            | Command::Free { dt, .. }
+            | Command::Tick { dt } => *dt,
         }
     }
 }
@@ -118,32 +193,48 @@ impl<'de> Deserialize<'de> for Command {
     }
 }
 
+/// A grant that took effect: its token, and its slot if counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Issued {
+    /// The new token.
+    pub token: Token,
+    /// The counted holder's slot (`None` for an exclusive grant).
+    pub slot: Option<u16>,
+}
+
 /// What applying a command did (its effect on the replicated state).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Applied {
-    /// `Grant` took effect with this token.
+    /// `Grant` or `GrantAll` took effect with this token.
     Granted(Token),
-    /// `Grant` found the key held: nothing changed.
+    /// `GrantShared` took effect with this token and slot.
+    GrantedShared {
+        /// The new token.
+        token: Token,
+        /// The holder's slot.
+        slot: u16,
+    },
+    /// A grant found its key (or one of its keys) not grantable: nothing changed.
     AlreadyHeld,
-    /// `Grant` found the key free but the token counter at its end
+    /// A grant was grantable but the token counter is at its end
     /// (2^63 − 1): nothing changed, and no grant can ever take effect again.
     TokensExhausted,
-    /// `Free` matched and took effect; `handed_over` is the next holder's
-    /// token if the command named one (`None` for a named one only when the
-    /// token counter is at its end: the key is then free).
+    /// `Free` matched and took effect; `handed_over` has one entry per
+    /// holder of `next`, in order: what it was granted, or why not
+    /// ([`Applied::AlreadyHeld`] or [`Applied::TokensExhausted`]).
     Freed {
         /// The command's reason.
         reason: FreeReason,
-        /// Token of the next holder, if any.
-        handed_over: Option<Token>,
+        /// One entry per next holder.
+        handed_over: Vec<Result<Issued, Applied>>,
     },
-    /// `Free` did not match the current holder: nothing changed.
+    /// `Free` did not match a current holder: nothing changed.
     NotHolder,
     /// `Tick`: only the domain time moved.
     Ticked,
 }
 
-/// The holder of a key.
+/// One holder of a key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
     /// Owner of the grant.
@@ -155,6 +246,8 @@ pub struct Holder {
     /// Domain time (ms) of the command that granted it: the lease ends at
     /// domain time `granted_dt + lease_s × 1000`, on whichever leader serves then.
     pub granted_dt: u64,
+    /// A counted holder's slot; `None` for the exclusive holder.
+    pub slot: Option<u16>,
 }
 
 impl Holder {
@@ -165,13 +258,17 @@ impl Holder {
 }
 
 /// The replicated lock state: holders, the domain's token counter and the
-/// largest domain time applied. Holders live in a compact table (one slot
-/// and one allocation per held key, docs/benchmarks.md "Optimizations:
-/// memory"); snapshots are binary ([`LockState::encode_snapshot`]).
+/// largest domain time applied. Exclusive holders live in a compact table
+/// (one slot and one allocation per held key, docs/benchmarks.md
+/// "Optimizations: memory"), the counted holders of a key in a list by
+/// slot; a key is in one of them or none. Snapshots are binary
+/// ([`LockState::encode_snapshot`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LockState {
     last_token: u64,
     held: HeldTable,
+    /// Counted holders by key, each list sorted by slot and never empty.
+    counted: HashMap<Key, Vec<Holder>>,
     /// The largest `dt` applied (ms); a new leader's domain time starts here.
     dt: u64,
 }
@@ -199,19 +296,36 @@ impl LockState {
         cmds.iter().map(|cmd| self.apply(cmd)).collect()
     }
 
-    /// The current holder of `key`.
+    /// The exclusive holder of `key`, or else its counted holder of the lowest slot.
     pub fn holder(&self, key: &Key) -> Option<Holder> {
-        self.held.get(key.as_bytes())?.to_holder()
+        match self.held.get(key.as_bytes()) {
+            Some(h) => h.to_holder(),
+            None => self.counted.get(key).and_then(|hs| hs.first().cloned()),
+        }
     }
 
-    /// Number of held keys.
+    /// Every holder of `key`: the exclusive one, or the counted ones by slot.
+    pub fn holders_of(&self, key: &Key) -> Vec<Holder> {
+        match self.held.get(key.as_bytes()) {
+            Some(h) => h.to_holder().into_iter().collect(),
+            None => self.counted.get(key).cloned().unwrap_or_default(),
+        }
+    }
+
+    /// Number of holders (a counted holder counts as one held key).
     pub fn held_count(&self) -> usize {
-        self.held.len()
+        self.held.len() + self.counted.values().map(Vec::len).sum::<usize>()
     }
 
     /// Every holder, in no particular order (used when a node becomes leader).
     pub fn holders(&self) -> impl Iterator<Item = (Key, Holder)> + '_ {
-        self.held.iter().filter_map(|h| Some((h.to_key()?, h.to_holder()?)))
+        let exclusive = self.held.iter().filter_map(|h| Some((h.to_key()?, h.to_holder()?)));
+        let counted = self.counted.iter().flat_map(|(k, hs)| hs.iter().map(move |h| (k.clone(), h.clone())));
+        exclusive.chain(counted)
+    }
+
+    fn is_free(&self, key: &Key) -> bool {
+        !self.held.contains(key.as_bytes()) && !self.counted.contains_key(key)
     }
 
     /// `max(last + 1, micros)`, kept below 2^63. At the (unreachable in
@@ -224,11 +338,78 @@ impl LockState {
         Some(token)
     }
 
-    fn hand_over(&mut self, key: &Key, next: &Option<NextHolder>, micros: u64, dt: u64) -> Option<Token> {
-        let next = next.as_ref()?;
-        let token = self.next_token(micros)?;
-        self.held.insert(key.as_bytes(), next.owner.as_bytes(), token, next.lease_s, dt);
-        Some(token)
+    /// Grants `key`/`keys` to `owner` as `kind` if that is compatible with
+    /// the current holders (docs/protocol.md, "A key's holders"); the
+    /// `Err` says why not.
+    fn try_grant(
+        &mut self,
+        key: &Key,
+        owner: &Owner,
+        lease_s: u8,
+        kind: &GrantKind,
+        micros: u64,
+        dt: u64,
+    ) -> Result<Issued, Applied> {
+        match kind {
+            GrantKind::Exclusive => {
+                if !self.is_free(key) {
+                    return Err(Applied::AlreadyHeld);
+                }
+                let token = self.next_token(micros).ok_or(Applied::TokensExhausted)?;
+                self.held.insert(key.as_bytes(), owner.as_bytes(), token, lease_s, dt);
+                Ok(Issued { token, slot: None })
+            }
+            GrantKind::Shared { n } => {
+                if self.held.contains(key.as_bytes()) {
+                    return Err(Applied::AlreadyHeld);
+                }
+                let holders = self.counted.get(key).map_or(&[][..], Vec::as_slice);
+                if holders.len() >= usize::from(*n) {
+                    return Err(Applied::AlreadyHeld);
+                }
+                // The lowest slot no holder has: holders are sorted by slot,
+                // so it is the first gap.
+                let slot = holders
+                    .iter()
+                    .enumerate()
+                    .find(|(i, h)| h.slot != u16::try_from(*i).ok())
+                    .map_or(holders.len(), |(i, _)| i);
+                let slot = u16::try_from(slot).map_err(|_| Applied::AlreadyHeld)?;
+                let token = self.next_token(micros).ok_or(Applied::TokensExhausted)?;
+                let h = Holder { owner: owner.clone(), token, lease_s, granted_dt: dt, slot: Some(slot) };
+                let list = self.counted.entry(key.clone()).or_default();
+                list.insert(usize::from(slot), h);
+                Ok(Issued { token, slot: Some(slot) })
+            }
+            GrantKind::All { keys } => {
+                if !keys.iter().all(|k| self.is_free(k)) {
+                    return Err(Applied::AlreadyHeld);
+                }
+                let token = self.next_token(micros).ok_or(Applied::TokensExhausted)?;
+                for k in keys {
+                    self.held.insert(k.as_bytes(), owner.as_bytes(), token, lease_s, dt);
+                }
+                Ok(Issued { token, slot: None })
+            }
+        }
+    }
+
+    /// Removes the holder `(owner, token)` of `key`; false if there is none.
+    fn remove_holder(&mut self, key: &Key, owner: &Owner, token: Token) -> bool {
+        if let Some(h) = self.held.get(key.as_bytes()) {
+            if h.owner == owner.as_bytes() && h.token == token.get() {
+                self.held.remove(key.as_bytes());
+                return true;
+            }
+            return false;
+        }
+        let Some(list) = self.counted.get_mut(key) else { return false };
+        let Some(at) = list.iter().position(|h| h.owner == *owner && h.token == token) else { return false };
+        list.remove(at);
+        if list.is_empty() {
+            self.counted.remove(key);
+        }
+        true
     }
 
     /// Applies one command. Deterministic: depends only on the state and the command.
@@ -237,20 +418,31 @@ impl LockState {
         match cmd {
             Command::Tick { .. } => Applied::Ticked,
             Command::Grant { key, owner, lease_s, micros, dt } => {
-                if self.held.contains(key.as_bytes()) {
-                    return Applied::AlreadyHeld;
+                match self.try_grant(key, owner, *lease_s, &GrantKind::Exclusive, *micros, *dt) {
+                    Ok(i) => Applied::Granted(i.token),
+                    Err(e) => e,
                 }
-                let Some(token) = self.next_token(*micros) else { return Applied::TokensExhausted };
-                self.held.insert(key.as_bytes(), owner.as_bytes(), token, *lease_s, *dt);
-                Applied::Granted(token)
+            }
+            Command::GrantShared { key, owner, n, lease_s, micros, dt } => {
+                match self.try_grant(key, owner, *lease_s, &GrantKind::Shared { n: *n }, *micros, *dt) {
+                    Ok(Issued { token, slot }) => Applied::GrantedShared { token, slot: slot.unwrap_or(0) },
+                    Err(e) => e,
+                }
+            }
+            Command::GrantAll { keys, owner, lease_s, micros, dt } => {
+                let Some(first) = keys.first() else { return Applied::AlreadyHeld };
+                let kind = GrantKind::All { keys: keys.clone() };
+                match self.try_grant(first, owner, *lease_s, &kind, *micros, *dt) {
+                    Ok(i) => Applied::Granted(i.token),
+                    Err(e) => e,
+                }
             }
             Command::Free { reason, key, owner, token, next, micros, dt } => {
-                match self.held.get(key.as_bytes()) {
-                    Some(h) if h.owner == owner.as_bytes() && h.token == token.get() => {}
-                    _ => return Applied::NotHolder,
+                if !self.remove_holder(key, owner, *token) {
+                    return Applied::NotHolder;
                 }
-                self.held.remove(key.as_bytes());
-                let handed_over = self.hand_over(key, next, *micros, *dt);
+                let handed_over =
+                    next.iter().map(|n| self.try_grant(key, &n.owner, n.lease_s, &n.kind, *micros, *dt)).collect();
                 Applied::Freed { reason: *reason, handed_over }
             }
         }
@@ -261,6 +453,7 @@ impl LockState {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use proptest::test_runner::TestCaseError;
     use ticketing_proto::limits::{MAX_LEASE, MIN_LEASE};
 
     use crate::test_fields::{k, o};
@@ -289,7 +482,7 @@ mod tests {
         // A proposal that was overtaken in the log does not move the time back.
         assert_eq!(s.apply(&Command::Tick { dt: 5_400 }), Applied::Ticked);
         assert_eq!(s.domain_time(), 5_500);
-        let next = Some(NextHolder { owner: o("o2"), lease_s: 3 });
+        let next = vec![NextHolder::exclusive(o("o2"), 3)];
         let r = Command::Free {
             reason: FreeReason::Release,
             key: k("a"),
@@ -299,7 +492,9 @@ mod tests {
             micros: 2,
             dt: 6_000,
         };
-        assert!(matches!(s.apply(&r), Applied::Freed { reason: FreeReason::Release, handed_over: Some(_) }));
+        assert!(
+            matches!(s.apply(&r), Applied::Freed { reason: FreeReason::Release, ref handed_over } if handed_over[0].is_ok())
+        );
         let h = s.holder(&k("a")).unwrap();
         assert_eq!((h.granted_dt, h.end_dt()), (6_000, 9_000), "a hand-over is granted at the release's time");
         let snap = LockState::from_snapshot(&s.to_snapshot()).unwrap();
@@ -320,7 +515,7 @@ mod tests {
     fn release_hands_over_in_the_same_command() {
         let mut s = LockState::new();
         let Applied::Granted(t1) = s.apply(&grant("a", "o1", 1)) else { panic!() };
-        let next = Some(NextHolder { owner: o("o2"), lease_s: 9 });
+        let next = vec![NextHolder::exclusive(o("o2"), 9)];
         let r = Command::Free {
             reason: FreeReason::Release,
             key: k("a"),
@@ -330,9 +525,11 @@ mod tests {
             micros: 1,
             dt: 0,
         };
-        let Applied::Freed { reason: FreeReason::Release, handed_over: Some(t2) } = s.apply(&r) else { panic!() };
+        let Applied::Freed { reason: FreeReason::Release, handed_over } = s.apply(&r) else { panic!() };
+        let t2 = handed_over[0].clone().unwrap().token;
         assert!(t2 > t1);
-        assert_eq!(s.holder(&k("a")).unwrap(), Holder { owner: o("o2"), token: t2, lease_s: 9, granted_dt: 0 });
+        let want = Holder { owner: o("o2"), token: t2, lease_s: 9, granted_dt: 0, slot: None };
+        assert_eq!(s.holder(&k("a")).unwrap(), want);
         // the same release again does not match any more, and an expiry of the old grant neither
         assert_eq!(s.apply(&r), Applied::NotHolder);
         let e = Command::Free {
@@ -340,7 +537,7 @@ mod tests {
             key: k("a"),
             owner: o("o1"),
             token: t1,
-            next: None,
+            next: vec![],
             micros: 1,
             dt: 0,
         };
@@ -359,7 +556,7 @@ mod tests {
                 key: k("a"),
                 owner: o("o2"),
                 token: t,
-                next: None,
+                next: vec![],
                 micros: 0,
                 dt: 0,
             },
@@ -368,7 +565,7 @@ mod tests {
                 key: k("a"),
                 owner: o("o1"),
                 token: other,
-                next: None,
+                next: vec![],
                 micros: 0,
                 dt: 0,
             },
@@ -377,7 +574,7 @@ mod tests {
                 key: k("b"),
                 owner: o("o1"),
                 token: t,
-                next: None,
+                next: vec![],
                 micros: 0,
                 dt: 0,
             },
@@ -389,11 +586,11 @@ mod tests {
             key: k("a"),
             owner: o("o1"),
             token: t,
-            next: None,
+            next: vec![],
             micros: 0,
             dt: 0,
         };
-        assert_eq!(s.apply(&e), Applied::Freed { reason: FreeReason::Expiry, handed_over: None });
+        assert_eq!(s.apply(&e), Applied::Freed { reason: FreeReason::Expiry, handed_over: vec![] });
         assert_eq!(s.held_count(), 0);
     }
 
@@ -411,24 +608,67 @@ mod tests {
     enum Step {
         Tick { dt: u64 },
         Grant { key: u8, owner: u8, lease_s: u8, micros: u64 },
-        Release { key: u8, pick: u8, next: Option<(u8, u8)>, micros: u64 },
-        Expire { key: u8, pick: u8, next: Option<(u8, u8)>, micros: u64 },
+        GrantShared { key: u8, owner: u8, n: u16, micros: u64 },
+        GrantAll { first: u8, more: u8, owner: u8, micros: u64 },
+        Release { key: u8, pick: u8, next: Vec<(u8, u8, u8)>, micros: u64 },
+        Expire { key: u8, pick: u8, next: Vec<(u8, u8, u8)>, micros: u64 },
+    }
+
+    /// A next holder's kind from a number: exclusive, counted (n 1–3) or
+    /// multi-key (its key and one more).
+    fn kind_of(n: u8) -> GrantKind {
+        match n % 6 {
+            0 | 1 => GrantKind::Exclusive,
+            2..=4 => GrantKind::Shared { n: u16::from(n % 6 - 1) },
+            _ => GrantKind::All { keys: vec![k(&format!("k{}", n % 4)), k(&format!("k{}", (n / 6) % 4 + 4))] },
+        }
+    }
+
+    /// The holder rules of docs/protocol.md ("A key's holders") on a state:
+    /// an exclusive holder alone, counted holders on distinct slots.
+    fn check_holders(s: &LockState) -> Result<(), TestCaseError> {
+        let mut by_key: HashMap<Key, Vec<Holder>> = HashMap::new();
+        for (key, h) in s.holders() {
+            by_key.entry(key).or_default().push(h);
+        }
+        for (key, hs) in by_key {
+            let exclusive = hs.iter().filter(|h| h.slot.is_none()).count();
+            prop_assert!(exclusive == 0 || hs.len() == 1, "{key}: an exclusive holder beside another");
+            let mut slots: Vec<_> = hs.iter().filter_map(|h| h.slot).collect();
+            slots.sort_unstable();
+            slots.dedup();
+            prop_assert_eq!(slots.len(), hs.len() - exclusive, "{}: two holders on one slot", key);
+            prop_assert!(hs.len() <= 3 || exclusive == 1, "{key}: more counted holders than any n allows");
+        }
+        Ok(())
     }
 
     fn step() -> impl Strategy<Value = Step> {
         let micros = prop_oneof![0..2000u64, Just(u64::MAX), any::<u64>()];
-        let next = proptest::option::of((0..3u8, MIN_LEASE..=MAX_LEASE));
+        let next = proptest::collection::vec((0..3u8, MIN_LEASE..=MAX_LEASE, any::<u8>()), 0..3);
         prop_oneof![
             (0..100_000u64).prop_map(|dt| Step::Tick { dt }),
             (0..4u8, 0..3u8, MIN_LEASE..=MAX_LEASE, micros.clone())
                 .prop_map(|(key, owner, lease_s, micros)| Step::Grant { key, owner, lease_s, micros }),
-            (0..4u8, any::<u8>(), next.clone(), micros.clone()).prop_map(|(key, pick, next, micros)| Step::Release {
+            (0..4u8, 0..3u8, 1..=3u16, micros.clone()).prop_map(|(key, owner, n, micros)| Step::GrantShared {
+                key,
+                owner,
+                n,
+                micros
+            }),
+            (0..4u8, 4..8u8, 0..3u8, micros.clone()).prop_map(|(first, more, owner, micros)| Step::GrantAll {
+                first,
+                more,
+                owner,
+                micros
+            }),
+            (0..8u8, any::<u8>(), next.clone(), micros.clone()).prop_map(|(key, pick, next, micros)| Step::Release {
                 key,
                 pick,
                 next,
                 micros
             }),
-            (0..4u8, any::<u8>(), next, micros).prop_map(|(key, pick, next, micros)| Step::Expire {
+            (0..8u8, any::<u8>(), next, micros).prop_map(|(key, pick, next, micros)| Step::Expire {
                 key,
                 pick,
                 next,
@@ -442,12 +682,15 @@ mod tests {
     fn command(s: &LockState, step: &Step) -> Command {
         let key = |n: u8| k(&format!("k{n}"));
         let owner = |n: u8| o(&format!("o{n}"));
-        let grant_of = |n: u8, pick: u8| match (s.holder(&key(n)), pick % 3) {
+        let grant_of = |n: u8, pick: u8| match (s.holders_of(&key(n)).get(usize::from(pick / 3) % 4).cloned(), pick % 3)
+        {
             (Some(h), 0 | 1) => (h.owner, h.token),
             (Some(h), _) => (h.owner, Token::new(h.token.get() - 1).unwrap_or(h.token)),
             (None, _) => (owner(pick % 3), Token::new(u64::from(pick) + 1).unwrap()),
         };
-        let next = |n: &Option<(u8, u8)>| n.map(|(o, lease_s)| NextHolder { owner: owner(o), lease_s });
+        let next = |n: &Vec<(u8, u8, u8)>| -> Vec<NextHolder> {
+            n.iter().map(|&(o, lease_s, kind)| NextHolder { owner: owner(o), lease_s, kind: kind_of(kind) }).collect()
+        };
         // A domain time that jumps around (leader changes, reordered proposals).
         let dt = |micros: &u64| micros % 100_000;
         match step {
@@ -455,6 +698,21 @@ mod tests {
             Step::Grant { key: n, owner: w, lease_s, micros } => {
                 Command::Grant { key: key(*n), owner: owner(*w), lease_s: *lease_s, micros: *micros, dt: dt(micros) }
             }
+            Step::GrantShared { key: n, owner: w, n: permits, micros } => Command::GrantShared {
+                key: key(*n),
+                owner: owner(*w),
+                n: *permits,
+                lease_s: 5,
+                micros: *micros,
+                dt: dt(micros),
+            },
+            Step::GrantAll { first, more, owner: w, micros } => Command::GrantAll {
+                keys: vec![key(*first), key(*more)],
+                owner: owner(*w),
+                lease_s: 5,
+                micros: *micros,
+                dt: dt(micros),
+            },
             Step::Release { key: n, pick, next: nx, micros } => {
                 let (owner, token) = grant_of(*n, *pick);
                 Command::Free {
@@ -509,15 +767,17 @@ mod tests {
                 let ea = a.apply(c);
                 prop_assert_eq!(&ea, &b.apply(c));
                 effects.push(ea.clone());
-                let issued = match ea {
-                    Applied::Granted(t) | Applied::Freed { handed_over: Some(t), .. } => Some(t),
-                    _ => None,
+                let issued: Vec<Token> = match &ea {
+                    Applied::Granted(t) | Applied::GrantedShared { token: t, .. } => vec![*t],
+                    Applied::Freed { handed_over, .. } => handed_over.iter().filter_map(|h| h.as_ref().ok().map(|i| i.token)).collect(),
+                    _ => vec![],
                 };
-                if let Some(t) = issued {
+                for t in issued {
                     prop_assert!(t.get() > last, "token {} after {}", t.get(), last);
                     prop_assert!(t.get() <= TOKEN_MAX);
                     last = t.get();
                 }
+                check_holders(&a)?;
             }
             prop_assert_eq!(&a, &b);
             prop_assert_eq!(&a, &leader);

@@ -87,10 +87,10 @@ pub trait Replicator: Send + Sync + 'static {
 }
 
 impl dyn Replicator {
-    /// The applied holder of `key` (a copy of that one entry).
-    pub fn applied_holder(&self, key: &Key) -> Option<Holder> {
-        let mut out = None;
-        self.with_applied(&mut |s| out = s.holder(key));
+    /// Every applied holder of `key` (a copy of those entries).
+    pub fn applied_holders(&self, key: &Key) -> Vec<Holder> {
+        let mut out = Vec::new();
+        self.with_applied(&mut |s| out = s.holders_of(key));
         out
     }
 

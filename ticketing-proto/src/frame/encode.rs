@@ -96,7 +96,7 @@ impl ClientFrame {
     /// Bytes of the encoded frame, LF included. Every frame but `K` is at
     /// most [`MAX_FRAME`] by its types; a `K` of many long keys can be
     /// longer, so a client checks this before sending one
-    /// (docs/protocol.md §3.2: the frame within 512 bytes).
+    /// (docs/protocol.md, "Counted and multi-key grants": the frame within 512 bytes).
     pub fn encoded_len(&self) -> usize {
         self.to_bytes().len()
     }

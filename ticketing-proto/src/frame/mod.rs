@@ -61,7 +61,7 @@ impl From<FieldError> for FrameError {
     }
 }
 
-/// Frames a client sends (docs/protocol.md §3, §3.2).
+/// Frames a client sends (docs/protocol.md §3, §4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClientFrame {
     /// `AUTH <cnonce> <cmac>`
@@ -86,7 +86,7 @@ pub enum ClientFrame {
     },
     /// `S <id> <key> <owner> <wait> <lease> <n>`: a counted grant, one of
     /// at most `n` holders of the key that all hold it this way
-    /// (docs/protocol.md §3.2, "Counted and multi-key grants"); answered `G`.
+    /// (docs/protocol.md, "Counted and multi-key grants"); answered `G`.
     AcquireShared {
         /// Request id.
         id: RequestId,
@@ -132,7 +132,7 @@ pub enum ClientFrame {
         id: RequestId,
     },
     /// `Q <id> <key> <owner>`: does `owner` hold `key`? Changes nothing
-    /// (docs/protocol.md §3.2).
+    /// (docs/protocol.md, "Query").
     Query {
         /// Request id.
         id: RequestId,
@@ -143,7 +143,7 @@ pub enum ClientFrame {
     },
 }
 
-/// Frames a server sends (docs/protocol.md §3, §3.3).
+/// Frames a server sends (docs/protocol.md §3, §5).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ServerFrame {
     /// `TICKETING 1 <snonce>`

@@ -202,15 +202,16 @@ async fn contended_lists_the_keys_with_the_most_waiters() {
     let mut id = 0;
     let mut acquire = |key: &str, owner: &str| {
         id += 1;
-        ManagerRequest::Acquire {
-            conn: ConnId(1),
+        let request = crate::leader::Request::Acquire {
             id: RequestId(id),
             key: Key::new(key.to_owned()).unwrap(),
+            kind: crate::locks::GrantKind::Exclusive,
             owner: ticketing_proto::Owner::new(owner.to_owned()).unwrap(),
             wait: 30,
             lease: 30,
-            read_at: tokio::time::Instant::now(),
-        }
+            read_at: std::time::Instant::now(),
+        };
+        ManagerRequest::Request { conn: ConnId(1), request }
     };
     for (key, owner) in [("a", "h1"), ("b", "h2"), ("a", "w1"), ("a", "w2"), ("b", "w3")] {
         m.send(acquire(key, owner)).await.unwrap();

@@ -359,7 +359,7 @@ mod tests {
             key: k("a"),
             owner: o("o1"),
             token: t(10),
-            next: None,
+            next: vec![],
             micros: 0,
             dt: 12,
         };
@@ -382,7 +382,7 @@ mod tests {
             Applied::Granted(t(11)),
             Applied::Ticked,
             Applied::AlreadyHeld,
-            Applied::Freed { reason: FreeReason::Release, handed_over: None },
+            Applied::Freed { reason: FreeReason::Release, handed_over: vec![] },
             Applied::NotHolder,
             Applied::Granted(t(12)),
         ];
@@ -408,7 +408,7 @@ mod tests {
                 key: k("k2"),
                 owner: o("o2"),
                 token: Token::new(1764547199000001).unwrap(),
-                next: Some(crate::locks::NextHolder { owner: o("o3"), lease_s: 5 }),
+                next: vec![crate::locks::NextHolder::exclusive(o("o3"), 5)],
                 micros: 1764547200000012,
                 dt: 81234,
             },

@@ -44,7 +44,7 @@ pub use proposals::{Batch, BatchId, MAX_BATCHES_IN_FLIGHT, MAX_BATCH_BYTES, MAX_
 
 use crate::config::Limits;
 use crate::domain_time::{self, DomainClock};
-use crate::locks::{Holder, LockState};
+use crate::locks::{GrantKind, Holder, LockState};
 use crate::manager::metrics::Metrics;
 use crate::replication::{self, Leadership};
 use projection::{Grant, Holding, Projection, QueuedQuery, QueuedRelease, Waiter};
@@ -91,12 +91,14 @@ pub enum Delivery {
 /// A client request, as the leader takes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
-    /// `A <id> <key> <owner> <wait> <lease>`.
+    /// `A <id> <key> <owner> <wait> <lease>`, `S … <n>` or `K` (docs/protocol.md §4).
     Acquire {
         /// Request id.
         id: RequestId,
-        /// Key.
+        /// Key (a multi-key acquire's first key: the one its answer echoes).
         key: Key,
+        /// Exclusive (`A`), counted (`S`) or every key of a set (`K`).
+        kind: GrantKind,
         /// Owner.
         owner: Owner,
         /// Wait, whole seconds.
@@ -118,7 +120,7 @@ pub enum Request {
         token: Token,
     },
     /// `Q <id> <key> <owner>`: answered `H` (that owner holds the key) or
-    /// `N`; changes nothing (docs/protocol.md §3.2).
+    /// `N`; changes nothing (docs/protocol.md, "Query").
     Holds {
         /// Request id.
         id: RequestId,
@@ -132,13 +134,13 @@ pub enum Request {
 /// The applied (replicated) holders, read when the projection must follow
 /// them after a surprise or a failed proposal.
 pub trait AppliedView {
-    /// The applied holder of `key`.
-    fn applied_holder(&self, key: &Key) -> Option<Holder>;
+    /// Every applied holder of `key`.
+    fn applied_holders(&self, key: &Key) -> Vec<Holder>;
 }
 
 impl AppliedView for LockState {
-    fn applied_holder(&self, key: &Key) -> Option<Holder> {
-        self.holder(key)
+    fn applied_holders(&self, key: &Key) -> Vec<Holder> {
+        self.holders_of(key)
     }
 }
 
@@ -160,6 +162,8 @@ pub struct HolderInfo {
     pub remaining_ms: u64,
     /// Domain time (ms) of the grant; the lease ends at `granted_dt + lease`.
     pub granted_dt: u64,
+    /// A counted holder's slot (`null` for an exclusive holder).
+    pub slot: Option<u16>,
 }
 
 /// One waiter of a key, as the leader projects it.
@@ -173,13 +177,24 @@ pub struct WaiterInfo {
     pub waited_ms: u64,
     /// Milliseconds until its `wait` ends (then it is answered `T`).
     pub wait_left_ms: u64,
+    /// `exclusive` (`A`), `shared` (`S`) or `all` (`K`).
+    pub kind: &'static str,
+    /// A counted waiter's `n`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub n: Option<u16>,
+    /// Every key of a multi-key waiter, in its request's order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keys: Option<Vec<String>>,
 }
 
 /// A read-only snapshot of one key (the body of `/locks/<key>`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct LockInfo {
-    /// The committed holder, if any (a grant still being committed is not shown).
+    /// The first of `holders` (the exclusive holder, or the counted one of
+    /// the lowest slot), for readers of one holder per key.
     pub holder: Option<HolderInfo>,
+    /// Every committed holder, by slot (a grant still being committed is not shown).
+    pub holders: Vec<HolderInfo>,
     /// Every waiter, in FIFO order (the head is granted next).
     pub waiters: Vec<WaiterInfo>,
     /// The leader's domain time (ms) when the snapshot was taken.
@@ -289,12 +304,12 @@ impl Leader {
         self.draining && self.in_flight == 0
     }
 
-    /// Keys with a holder, grants being committed included.
+    /// Holders over all keys (a counted holder is one), grants being committed included.
     pub fn held(&self) -> usize {
         self.proj.held()
     }
 
-    /// Waiters queued over all keys.
+    /// Waiters queued over all keys (a multi-key waiter once per key).
     pub fn waiters(&self) -> usize {
         self.proj.waiters()
     }
@@ -358,11 +373,6 @@ impl Leader {
         replication::redirect(leader, &self.advertise)
     }
 
-    /// Sets the holder of `key` (the projection arms or disarms its lease timer).
-    fn hold(&mut self, key: &Key, holding: Option<Holding>) {
-        self.proj.set_holder(key, holding);
-    }
-
     /// Puts `w` at the tail of its key's queue, with a wait timer if `timed`.
     fn enqueue(&mut self, w: Waiter, timed: bool) {
         if !self.clients.contains_key(&w.conn) {
@@ -372,7 +382,7 @@ impl Leader {
     }
 
     /// Puts a waiter that was taken off for a hand-over back at the head of
-    /// its queue (the hand-over did not happen) — unless its wait is over or
+    /// its queues (the hand-over did not happen) — unless its wait is over or
     /// its connection is gone.
     fn put_back(&mut self, w: Waiter) {
         if w.wait_until <= self.now {
@@ -405,8 +415,24 @@ impl Leader {
     /// being committed are still delivered.
     pub fn handle_leave_queues(&mut self, now: Instant, conn: ConnId) {
         self.advance(now);
-        for w in self.proj.remove_conn_waiters(conn) {
+        let gone = self.proj.remove_conn_waiters(conn);
+        for w in &gone {
             self.send(conn, Delivery::Dropped(w.id));
+        }
+        self.after_waiters_left(&gone);
+    }
+
+    /// Waiters left their queues: a waiter behind them may have become
+    /// grantable (a counted one behind an exclusive one, or one behind a
+    /// multi-key waiter), so their keys are looked at again.
+    fn after_waiters_left(&mut self, gone: &[Waiter]) {
+        if self.epoch.is_none() {
+            return;
+        }
+        for w in gone {
+            for key in w.keys() {
+                self.pump(key);
+            }
         }
     }
 
@@ -415,7 +441,8 @@ impl Leader {
     pub fn handle_conn_closed(&mut self, now: Instant, conn: ConnId) {
         self.advance(now);
         if self.clients.remove(&conn).is_some() {
-            self.proj.remove_conn_waiters(conn);
+            let gone = self.proj.remove_conn_waiters(conn);
+            self.after_waiters_left(&gone);
         }
     }
 
@@ -457,9 +484,9 @@ impl Leader {
                     self.answer_query(conn, id, &key, &owner);
                 }
             }
-            Request::Acquire { id, key, owner, wait, lease, read_at } => {
+            Request::Acquire { id, key, kind, owner, wait, lease, read_at } => {
                 let wait_until = read_at + Duration::from_secs(u64::from(wait));
-                let w = Waiter { conn, id, key, owner, lease, read_at, wait_until };
+                let w = Waiter { conn, id, key, owner, lease, read_at, wait_until, kind };
                 self.acquire(w, wait);
             }
             Request::Release { id, key, owner, token } => {
@@ -470,22 +497,26 @@ impl Leader {
     }
 
     fn acquire(&mut self, w: Waiter, wait: u8) {
-        let key = w.key.clone();
-        // Free: no holder and nobody queued. A free key can still have a
-        // proposal in flight: the no-op release of an `R` that matches no
-        // grant (docs/protocol.md §6). The grant is then the key's next command.
-        // During the start grace no key is free: every acquire queues.
-        let free = self.proj.holder(&key).is_none() && self.proj.queued(&key) == 0 && !self.in_grace();
-        if free {
-            if self.proj.held() >= self.limits.max_held_keys {
-                self.refuse_busy(w.conn, w.id, key.clone());
-                self.proj.remove_if_idle(&key);
+        let keys = w.keys().to_vec();
+        // Grantable now: nobody queued on any of its keys and compatible
+        // with their holders (docs/protocol.md, "A key's holders"). A key
+        // can still have a proposal in flight: the no-op release of an `R`
+        // that matches no grant (docs/protocol.md §6). The grant is then the
+        // key's next command. During the start grace nothing is grantable:
+        // every acquire queues.
+        let grantable =
+            !self.in_grace() && keys.iter().all(|k| self.proj.queued(k) == 0 && self.proj.compatible(k, &w.kind));
+        if grantable {
+            if self.proj.held() + keys.len() > self.limits.max_held_keys {
+                self.refuse_busy(w.conn, w.id, w.key.clone());
+                self.forget_idle(&keys);
                 return;
             }
-            if self.proj.is_busy(&key) {
-                // Neither `T` (the key is not held) nor a waiter cap (it is
-                // not queued behind anyone): it goes first once the no-op
-                // release is committed (see `pump`); a wait of 0 gets no timer.
+            if keys.iter().any(|k| self.proj.is_busy(k)) {
+                // Neither `T` (nothing holds it against this request) nor a
+                // waiter cap (it is not queued behind anyone): it goes first
+                // once the proposal is committed (see `pump`); a wait of 0
+                // gets no timer.
                 self.enqueue(w, wait > 0);
             } else {
                 self.grant(w);
@@ -494,15 +525,22 @@ impl Leader {
         }
         if wait == 0 {
             self.time_out(w);
-            self.proj.remove_if_idle(&key);
+            self.forget_idle(&keys);
             return;
         }
-        if self.proj.queued(&key) >= self.limits.max_waiters_per_key || self.proj.waiters() >= self.limits.max_waiters {
-            self.refuse_busy(w.conn, w.id, key.clone());
-            self.proj.remove_if_idle(&key);
+        let per_key_full = keys.iter().any(|k| self.proj.queued(k) >= self.limits.max_waiters_per_key);
+        if per_key_full || self.proj.waiters() + keys.len() > self.limits.max_waiters {
+            self.refuse_busy(w.conn, w.id, w.key.clone());
+            self.forget_idle(&keys);
             return;
         }
         self.enqueue(w, true);
+    }
+
+    fn forget_idle(&mut self, keys: &[Key]) {
+        for k in keys {
+            self.proj.remove_if_idle(k);
+        }
     }
 
     /// Time passed: every timer due at `now` fires (waits end with `T`,
@@ -514,7 +552,11 @@ impl Leader {
             match timer {
                 TimerKind::Wait(wid) => {
                     if let Some(w) = self.proj.remove_waiter(wid) {
+                        let keys = w.keys().to_vec();
                         self.time_out(w);
+                        for key in &keys {
+                            self.pump(key);
+                        }
                     }
                 }
                 TimerKind::Lease(key) => self.pump(&key),
@@ -558,7 +600,7 @@ impl Leader {
             self.clock = Some(clock);
             for (key, h) in applied.holders() {
                 let deadline = clock.instant_of(h.end_dt(), now);
-                self.hold(&key, Some(Holding::until(h.owner, h.token, h.granted_dt, deadline)));
+                self.proj.add_holder(&key, Holding::until(h.owner, h.token, h.granted_dt, h.slot, deadline));
             }
             self.last_proposed = now;
             let tick = self.tick();
@@ -602,14 +644,16 @@ impl Leader {
 
     /// `H` when `owner` holds `key` (remaining by domain time), else `N`.
     fn answer_query(&mut self, conn: ConnId, id: RequestId, key: &Key, owner: &Owner) {
-        let frame = match self.proj.holder(key) {
-            Some(Holding { owner: o, grant: Grant::Committed { token, deadline, .. } }) if o == owner => {
+        let mine = self.proj.holders(key).iter().filter(|h| h.owner == *owner);
+        let held = mine.map(|h| h.grant).find(|g| matches!(g, Grant::Committed { .. }));
+        let frame = match held {
+            Some(Grant::Committed { token, deadline, .. }) => {
                 let left = deadline.saturating_duration_since(self.now).as_millis();
                 ServerFrame::Held {
                     id,
                     key: key.clone(),
                     owner: owner.clone(),
-                    token: *token,
+                    token,
                     remaining_ms: u32::try_from(left).unwrap_or(u32::MAX),
                 }
             }

@@ -17,6 +17,7 @@
 use super::contention::Contention;
 use super::timers::{TimerKind, Timers};
 use super::{owner_prefix, ConnId, HolderInfo, LockInfo, WaiterId, WaiterInfo};
+use crate::locks::GrantKind;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 use ticketing_proto::{Key, Owner, RequestId, Token};
@@ -38,13 +39,33 @@ pub struct Waiter {
     pub read_at: Instant,
     /// When its wait ends.
     pub wait_until: Instant,
+    /// Exclusive (`A`), counted (`S … n`) or every key of a set (`K`, whose
+    /// first key is `key`).
+    pub kind: GrantKind,
 }
 
-/// The projected holder of a key.
+impl Waiter {
+    /// Every key it waits for: `key`, or all keys of a multi-key acquire.
+    pub fn keys(&self) -> &[Key] {
+        match &self.kind {
+            GrantKind::All { keys } => keys,
+            _ => std::slice::from_ref(&self.key),
+        }
+    }
+
+    /// Whether it waits for `key`.
+    pub fn has_key(&self, key: &Key) -> bool {
+        self.keys().contains(key)
+    }
+}
+
+/// One projected holder of a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holding {
     /// Owner of the grant.
     pub owner: Owner,
+    /// A counted holder (`S`); else it holds the key exclusively.
+    pub shared: bool,
     /// Being committed, or committed with its token and lease.
     pub grant: Grant,
 }
@@ -62,24 +83,38 @@ pub enum Grant {
         deadline: Instant,
         /// Domain time (ms) of the grant.
         granted_dt: u64,
+        /// A counted holder's slot.
+        slot: Option<u16>,
     },
 }
 
 impl Holding {
     /// A grant being committed.
-    pub fn committing(owner: Owner) -> Holding {
-        Holding { owner, grant: Grant::Committing }
+    pub fn committing(owner: Owner, shared: bool) -> Holding {
+        Holding { owner, shared, grant: Grant::Committing }
     }
 
-    /// A committed grant whose lease ends at `deadline`.
-    pub fn until(owner: Owner, token: Token, granted_dt: u64, deadline: Instant) -> Holding {
-        Holding { owner, grant: Grant::Committed { token, deadline, granted_dt } }
+    /// A committed grant whose lease ends at `deadline` (`slot`: a counted one's).
+    pub fn until(owner: Owner, token: Token, granted_dt: u64, slot: Option<u16>, deadline: Instant) -> Holding {
+        Holding { owner, shared: slot.is_some(), grant: Grant::Committed { token, deadline, granted_dt, slot } }
     }
 
     /// A committed grant whose lease runs `lease` seconds from `now` (its
     /// commit at this leader), granted at domain time `granted_dt`.
-    pub fn committed(owner: Owner, token: Token, lease: u8, granted_dt: u64, now: Instant) -> Holding {
-        Holding::until(owner, token, granted_dt, now + Duration::from_secs(u64::from(lease)))
+    pub fn committed(
+        owner: Owner,
+        token: Token,
+        lease: u8,
+        granted_dt: u64,
+        slot: Option<u16>,
+        now: Instant,
+    ) -> Holding {
+        Holding::until(owner, token, granted_dt, slot, now + Duration::from_secs(u64::from(lease)))
+    }
+
+    /// Whether this is the committed grant `(owner, token)`.
+    pub fn is(&self, owner: &Owner, token: Token) -> bool {
+        self.owner == *owner && self.token() == Some(token)
     }
 
     /// The token, once committed.
@@ -124,13 +159,13 @@ pub struct QueuedRelease {
     pub token: Token,
 }
 
-/// Per key: what almost every key has (a holder, the in-flight flag) inline,
+/// Per key: what almost every key has (its holders, the in-flight flag) inline,
 /// the queues only for the few keys that have any (docs/benchmarks.md,
 /// "Optimizations: memory": a held key without waiters costs one small slot).
 #[derive(Debug, Default)]
 struct KeyState {
-    /// Boxed: the slot stays small (the table has up to twice as many slots as keys).
-    holder: Option<Box<Holding>>,
+    /// One exclusive holder, or counted ones (grants being committed included).
+    holders: Vec<Holding>,
     /// A proposal for this key is in flight.
     busy: bool,
     /// Waiters and requests queued on the key; `None` when there are none.
@@ -169,7 +204,7 @@ impl KeyState {
         }
     }
     fn is_idle(&self) -> bool {
-        self.holder.is_none() && !self.busy && self.rare.as_ref().is_none_or(|q| q.is_empty())
+        self.holders.is_empty() && !self.busy && self.rare.as_ref().is_none_or(|q| q.is_empty())
     }
 }
 
@@ -182,9 +217,10 @@ pub struct Projection {
     next_waiter: u64,
     /// Every wait and lease timer (and the `Tick` and grace, armed by the leader).
     timers: Timers,
-    /// Keys with a holder (grants in flight included).
+    /// Holders over all keys, grants in flight included (a counted holder
+    /// counts as one held key, docs/configuration.md "Limits").
     held: usize,
-    /// Live waiters over all keys.
+    /// Live waiters over all keys, a multi-key waiter once per key.
     total_waiters: usize,
     /// Live waiters per key, ranked (the console's most contended keys).
     contention: Contention,
@@ -196,12 +232,12 @@ impl Projection {
         Projection::default()
     }
 
-    /// Keys with a holder, grants being committed included.
+    /// Holders over all keys, grants being committed included.
     pub fn held(&self) -> usize {
         self.held
     }
 
-    /// Waiters queued over all keys.
+    /// Waiters queued over all keys, a multi-key waiter once per key.
     pub fn waiters(&self) -> usize {
         self.total_waiters
     }
@@ -211,9 +247,27 @@ impl Projection {
         self.keys.get(key).map_or(0, KeyState::live)
     }
 
-    /// The projected holder of `key`.
-    pub fn holder(&self, key: &Key) -> Option<&Holding> {
-        self.keys.get(key).and_then(|ks| ks.holder.as_deref())
+    /// The projected holders of `key` (empty: free).
+    pub fn holders(&self, key: &Key) -> &[Holding] {
+        self.keys.get(key).map_or(&[], |ks| &ks.holders)
+    }
+
+    /// Whether a request of `kind` is compatible with the projected holders
+    /// of `key` (docs/protocol.md, "A key's holders"): exclusive and
+    /// multi-key requests only on a free key; a counted one when every
+    /// holder is counted and fewer than `n` hold.
+    pub fn compatible(&self, key: &Key, kind: &GrantKind) -> bool {
+        let holders = self.holders(key);
+        match kind {
+            GrantKind::Exclusive | GrantKind::All { .. } => holders.is_empty(),
+            GrantKind::Shared { n } => holders.len() < usize::from(*n) && holders.iter().all(|h| h.shared),
+        }
+    }
+
+    /// The first live waiter of `key`'s queue.
+    pub fn head(&self, key: &Key) -> Option<WaiterId> {
+        let q = self.keys.get(key)?.rare.as_ref()?;
+        q.queue.iter().copied().find(|wid| self.waiters.contains_key(wid))
     }
 
     /// Whether a proposal for `key` is in flight.
@@ -245,30 +299,58 @@ impl Projection {
         &mut self.timers
     }
 
-    /// Sets (or clears) the holder of `key`: THE place `held` changes (with
-    /// [`Projection::clear`]), and THE place its lease timer is armed (a
-    /// committed holding) or disarmed (none, or a grant being committed).
-    pub fn set_holder(&mut self, key: &Key, holder: Option<Holding>) {
-        match holder.as_ref().map(|h| h.grant) {
-            Some(Grant::Committed { deadline, .. }) => self.timers.set(TimerKind::Lease(key.clone()), deadline),
-            _ => self.timers.cancel(&TimerKind::Lease(key.clone())),
+    /// Changes the holders of `key` with `f`: THE place `held` changes (with
+    /// [`Projection::clear`]), and THE place its lease timer is set — at the
+    /// earliest lease end of its committed holders, or disarmed when none.
+    fn update_holders(&mut self, key: &Key, f: impl FnOnce(&mut Vec<Holding>)) {
+        let ks = self.keys.entry(key.clone()).or_default();
+        let before = ks.holders.len();
+        f(&mut ks.holders);
+        let after = ks.holders.len();
+        self.held = self.held + after - before;
+        match ks.holders.iter().filter_map(Holding::deadline).min() {
+            Some(at) => self.timers.set(TimerKind::Lease(key.clone()), at),
+            None => self.timers.cancel(&TimerKind::Lease(key.clone())),
         }
-        let ks = match holder {
-            Some(_) => self.keys.entry(key.clone()).or_default(),
-            None => match self.keys.get_mut(key) {
-                Some(ks) => ks,
-                None => return,
-            },
-        };
-        match (&ks.holder, &holder) {
-            (None, Some(_)) => self.held += 1,
-            (Some(_), None) => self.held -= 1,
-            _ => {}
+        if ks.holders.is_empty() && ks.holders.capacity() > 0 {
+            ks.holders = Vec::new();
         }
-        match (ks.holder.as_mut(), holder) {
-            (Some(b), Some(h)) => **b = h, // the same box: no allocation
-            (_, h) => ks.holder = h.map(Box::new),
-        }
+        self.remove_if_idle(key);
+    }
+
+    /// Adds a holder of `key`.
+    pub fn add_holder(&mut self, key: &Key, h: Holding) {
+        self.update_holders(key, |hs| hs.push(h));
+    }
+
+    /// Replaces the grant of `owner` being committed on `key` by `h` (its
+    /// outcome); adds `h` if there is none.
+    pub fn commit_holder(&mut self, key: &Key, owner: &Owner, h: Holding) {
+        self.update_holders(key, |hs| {
+            match hs.iter_mut().find(|x| x.owner == *owner && x.grant == Grant::Committing) {
+                Some(x) => *x = h,
+                None => hs.push(h),
+            }
+        });
+    }
+
+    /// Removes the committed grant `(owner, token)` of `key`, if there.
+    pub fn remove_holder(&mut self, key: &Key, owner: &Owner, token: Token) {
+        self.update_holders(key, |hs| hs.retain(|h| !h.is(owner, token)));
+    }
+
+    /// Removes the grant of `owner` being committed on `key`, if there.
+    pub fn remove_committing(&mut self, key: &Key, owner: &Owner) {
+        self.update_holders(key, |hs| {
+            if let Some(at) = hs.iter().position(|h| h.owner == *owner && h.grant == Grant::Committing) {
+                hs.remove(at);
+            }
+        });
+    }
+
+    /// Sets every holder of `key` (a resync from the applied state).
+    pub fn set_holders(&mut self, key: &Key, holders: Vec<Holding>) {
+        self.update_holders(key, |hs| *hs = holders);
     }
 
     /// Queues an `R` behind the key's in-flight proposal.
@@ -304,29 +386,33 @@ impl Projection {
         if timed {
             self.timers.set(TimerKind::Wait(wid), w.wait_until);
         }
-        let q = self.keys.entry(w.key.clone()).or_default().queues();
-        if front {
-            q.queue.push_front(wid);
-        } else {
-            q.queue.push_back(wid);
+        for key in w.keys() {
+            let q = self.keys.entry(key.clone()).or_default().queues();
+            if front {
+                q.queue.push_front(wid);
+            } else {
+                q.queue.push_back(wid);
+            }
+            q.live += 1;
+            self.total_waiters += 1;
+            self.contention.waiter_added(key);
         }
-        q.live += 1;
-        self.total_waiters += 1;
-        self.contention.waiter_added(&w.key);
         self.by_conn.entry(w.conn).or_default().insert(wid);
         self.waiters.insert(wid, w);
         wid
     }
 
-    /// Takes a live waiter out of every index (its id stays in the key's
-    /// queue as a dead entry, skipped or compacted later).
+    /// Takes a live waiter out of every index (its id stays in its keys'
+    /// queues as a dead entry, skipped or compacted later).
     fn take_waiter(&mut self, wid: WaiterId) -> Option<Waiter> {
         let w = self.waiters.remove(&wid)?;
         self.timers.cancel(&TimerKind::Wait(wid));
-        self.total_waiters -= 1;
-        self.contention.waiter_removed(&w.key);
-        if let Some(q) = self.keys.get_mut(&w.key).and_then(|ks| ks.rare.as_mut()) {
-            q.live -= 1;
+        for key in w.keys() {
+            self.total_waiters -= 1;
+            self.contention.waiter_removed(key);
+            if let Some(q) = self.keys.get_mut(key).and_then(|ks| ks.rare.as_mut()) {
+                q.live -= 1;
+            }
         }
         if let Some(set) = self.by_conn.get_mut(&w.conn) {
             set.remove(&wid);
@@ -351,39 +437,34 @@ impl Projection {
 
     /// Takes the first live waiter off the key's queue.
     pub fn pop_head(&mut self, key: &Key) -> Option<Waiter> {
-        loop {
-            let ks = self.keys.get_mut(key)?;
-            let Some(wid) = ks.rare.as_mut()?.queue.pop_front() else {
-                ks.shrink();
-                return None;
-            };
-            if let Some(w) = self.take_waiter(wid) {
-                if let Some(ks) = self.keys.get_mut(key) {
-                    ks.shrink();
-                }
-                return Some(w);
-            }
-        }
+        let wid = self.head(key)?;
+        self.remove_waiter(wid)
     }
 
-    /// Removes a live waiter (its wait ended, its connection left); a key
-    /// left idle is forgotten.
+    /// Removes a live waiter (granted, its wait ended, its connection left)
+    /// from every key it waits for; a key left idle is forgotten.
     pub fn remove_waiter(&mut self, wid: WaiterId) -> Option<Waiter> {
         let w = self.take_waiter(wid)?;
-        if let Some(ks) = self.keys.get_mut(&w.key) {
-            if let Some(q) = ks.rare.as_mut() {
-                // Compact when dead entries dominate, so a long-held key with
-                // many timed-out waiters does not grow its queue without bound.
-                if q.live == 0 {
-                    q.queue.clear();
-                } else if q.queue.len() > 2 * q.live + 32 {
+        for key in w.keys() {
+            if let Some(ks) = self.keys.get_mut(key) {
+                if let Some(q) = ks.rare.as_mut() {
+                    // Drop dead entries at the head at once; compact when dead
+                    // entries dominate, so a long-held key with many timed-out
+                    // waiters does not grow its queue without bound.
                     let waiters = &self.waiters;
-                    q.queue.retain(|id| waiters.contains_key(id));
+                    while q.queue.front().is_some_and(|id| !waiters.contains_key(id)) {
+                        q.queue.pop_front();
+                    }
+                    if q.live == 0 {
+                        q.queue.clear();
+                    } else if q.queue.len() > 2 * q.live + 32 {
+                        q.queue.retain(|id| waiters.contains_key(id));
+                    }
                 }
+                ks.shrink();
             }
-            ks.shrink();
+            self.remove_if_idle(key);
         }
-        self.remove_if_idle(&w.key);
         Some(w)
     }
 
@@ -424,50 +505,72 @@ impl Projection {
     }
 
     /// The read-only view of `key` for `/locks/<key>` (a grant still being
-    /// committed shows no holder): the holder and every waiter in FIFO order,
+    /// committed is not shown): its holders and every waiter in FIFO order,
     /// with owner prefixes only; `client` names a waiter's connection.
     pub fn lock_info(&self, key: &Key, now: Instant, client: &dyn Fn(ConnId) -> String) -> LockInfo {
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
         let Some(ks) = self.keys.get(key) else { return LockInfo::default() };
-        let holder = ks.holder.as_deref().and_then(|h| match h.grant {
-            Grant::Committed { token, deadline, granted_dt } => Some(HolderInfo {
-                owner_prefix: owner_prefix(&h.owner),
-                token,
-                remaining_ms: ms(deadline.saturating_duration_since(now)),
-                granted_dt,
-            }),
-            Grant::Committing => None,
-        });
+        let mut holders: Vec<HolderInfo> = ks
+            .holders
+            .iter()
+            .filter_map(|h| match h.grant {
+                Grant::Committed { token, deadline, granted_dt, slot } => Some(HolderInfo {
+                    owner_prefix: owner_prefix(&h.owner),
+                    token,
+                    remaining_ms: ms(deadline.saturating_duration_since(now)),
+                    granted_dt,
+                    slot,
+                }),
+                Grant::Committing => None,
+            })
+            .collect();
+        holders.sort_by_key(|h| h.slot);
         let waiters = ks
             .rare
             .iter()
             .flat_map(|q| q.queue.iter())
             .filter_map(|wid| self.waiters.get(wid))
-            .filter(|w| w.key == *key)
+            .filter(|w| w.has_key(key))
             .map(|w| WaiterInfo {
                 owner_prefix: owner_prefix(&w.owner),
                 client: client(w.conn),
                 waited_ms: ms(now.saturating_duration_since(w.read_at)),
                 wait_left_ms: ms(w.wait_until.saturating_duration_since(now)),
+                kind: match w.kind {
+                    GrantKind::Exclusive => "exclusive",
+                    GrantKind::Shared { .. } => "shared",
+                    GrantKind::All { .. } => "all",
+                },
+                n: match w.kind {
+                    GrantKind::Shared { n } => Some(n),
+                    _ => None,
+                },
+                keys: match &w.kind {
+                    GrantKind::All { keys } => Some(keys.iter().map(|k| k.as_str().to_owned()).collect()),
+                    _ => None,
+                },
             })
             .collect();
-        LockInfo { holder, waiters, domain_time_ms: 0 }
+        LockInfo { holder: holders.first().cloned(), holders, waiters, domain_time_ms: 0 }
     }
 
     /// Checks every counter against a recount, and every timer against what
     /// it belongs to (tests; also the fuzz target, through [`super::Leader::check`]).
     pub fn check(&self) {
-        assert_eq!(self.held, self.keys.values().filter(|k| k.holder.is_some()).count(), "held");
-        assert_eq!(self.total_waiters, self.waiters.len(), "total_waiters");
+        assert_eq!(self.held, self.keys.values().map(|k| k.holders.len()).sum::<usize>(), "held");
+        let per_key: usize = self.waiters.values().map(|w| w.keys().len()).sum();
+        assert_eq!(self.total_waiters, per_key, "total_waiters");
         assert_eq!(self.total_waiters, self.keys.values().map(KeyState::live).sum::<usize>(), "live");
-        assert_eq!(self.total_waiters, self.by_conn.values().map(HashSet::len).sum::<usize>(), "by_conn");
+        assert_eq!(self.waiters.len(), self.by_conn.values().map(HashSet::len).sum::<usize>(), "by_conn");
         for (key, ks) in &self.keys {
             assert_eq!(self.contention.waiters(key), ks.live(), "contention of {key:?}");
+            let exclusive = ks.holders.iter().filter(|h| !h.shared).count();
+            assert!(exclusive == 0 || ks.holders.len() == 1, "an exclusive holder of {key} beside another");
         }
         assert_eq!(self.contention.keys(), self.keys.values().filter(|ks| ks.live() > 0).count(), "contended keys");
         for (key, ks) in &self.keys {
             let queue = ks.rare.iter().flat_map(|q| q.queue.iter());
-            let live = queue.filter(|id| self.waiters.get(id).is_some_and(|w| w.key == *key)).count();
+            let live = queue.filter(|id| self.waiters.get(id).is_some_and(|w| w.has_key(key))).count();
             assert_eq!(live, ks.live(), "live of {key}");
             assert!(ks.rare.as_ref().is_none_or(|q| !q.is_empty()), "empty queues kept for {key}");
         }
@@ -479,13 +582,14 @@ impl Projection {
                     assert_eq!(self.timers.get(kind), Some(w.wait_until), "wait timer of {wid:?}");
                 }
                 TimerKind::Lease(key) => {
-                    let h = self.holder(key).expect("a lease timer without its holder");
-                    assert_eq!(self.timers.get(kind), h.deadline(), "lease timer of {key}");
+                    let first = self.holders(key).iter().filter_map(Holding::deadline).min();
+                    assert!(first.is_some(), "a lease timer of {key} without a committed holder");
+                    assert_eq!(self.timers.get(kind), first, "lease timer of {key}");
                 }
                 TimerKind::Tick | TimerKind::GraceEnd => {}
             }
         }
-        assert!(self.timers.len() <= self.held + self.total_waiters + 2, "timer table larger than the state");
+        assert!(self.timers.len() <= self.keys.len() + self.waiters.len() + 2, "timer table larger than the state");
     }
 }
 
@@ -504,6 +608,7 @@ mod tests {
             lease: 5,
             read_at: at,
             wait_until: at + Duration::from_secs(10),
+            kind: GrantKind::Exclusive,
         }
     }
 
@@ -544,20 +649,37 @@ mod tests {
     fn holder_counts_and_lock_info() {
         let now = crate::test_fields::t0();
         let mut p = Projection::new();
-        p.set_holder(&k("a"), Some(Holding::committing(o("x"))));
+        let owner = o("0123456789abcdef0123456789abcdef");
+        p.add_holder(&k("a"), Holding::committing(owner.clone(), false));
         assert_eq!(p.held(), 1);
         let none = |_| String::new();
         assert!(p.lock_info(&k("a"), now, &none).holder.is_none(), "a grant in flight is not shown");
         let t = Token::new(7).unwrap();
-        let h = Holding::committed(o("0123456789abcdef0123456789abcdef"), t, 3, 4_000, now);
-        p.set_holder(&k("a"), Some(h));
-        assert_eq!(p.held(), 1, "replacing a holder keeps the count");
+        let h = Holding::committed(owner.clone(), t, 3, 4_000, None, now);
+        p.commit_holder(&k("a"), &owner, h);
+        assert_eq!(p.held(), 1, "committing a holder keeps the count");
         let info = p.lock_info(&k("a"), now + Duration::from_secs(1), &none);
-        let want = HolderInfo { owner_prefix: "01234567".into(), token: t, remaining_ms: 2000, granted_dt: 4_000 };
-        assert_eq!(info.holder, Some(want));
-        p.set_holder(&k("a"), None);
-        p.set_holder(&k("zzz"), None);
+        let want =
+            HolderInfo { owner_prefix: "01234567".into(), token: t, remaining_ms: 2000, granted_dt: 4_000, slot: None };
+        assert_eq!(info.holder, Some(want.clone()));
+        assert_eq!(info.holders, vec![want]);
+        p.remove_holder(&k("a"), &owner, t);
+        p.set_holders(&k("zzz"), Vec::new());
         assert_eq!(p.held(), 0);
+        p.check();
+        // Counted holders: one lease timer per key, at the earliest end.
+        let (t1, t2) = (Token::new(8).unwrap(), Token::new(9).unwrap());
+        p.add_holder(&k("s"), Holding::committed(o("r1"), t1, 9, 0, Some(0), now));
+        p.add_holder(&k("s"), Holding::committed(o("r2"), t2, 3, 0, Some(1), now));
+        assert_eq!(p.held(), 2);
+        assert_eq!(p.timers().get(&TimerKind::Lease(k("s"))), Some(now + Duration::from_secs(3)));
+        let slots: Vec<_> = p.lock_info(&k("s"), now, &none).holders.iter().map(|h| h.slot).collect();
+        assert_eq!(slots, vec![Some(0), Some(1)]);
+        assert!(p.compatible(&k("s"), &GrantKind::Shared { n: 3 }));
+        assert!(!p.compatible(&k("s"), &GrantKind::Shared { n: 2 }));
+        assert!(!p.compatible(&k("s"), &GrantKind::Exclusive));
+        p.remove_holder(&k("s"), &o("r2"), t2);
+        assert_eq!(p.timers().get(&TimerKind::Lease(k("s"))), Some(now + Duration::from_secs(9)));
         p.check();
     }
 
@@ -676,10 +798,12 @@ mod tests {
                         prop_assert!(gone.iter().all(|w| w.conn == ConnId(conn)));
                     }
                     Op::Hold { key: n } => {
-                        p.set_holder(&key(n), Some(Holding::committing(o("h"))));
+                        if p.holders(&key(n)).is_empty() {
+                            p.add_holder(&key(n), Holding::committing(o("h"), false));
+                        }
                     }
                     Op::Free { key: n } => {
-                        p.set_holder(&key(n), None);
+                        p.set_holders(&key(n), Vec::new());
                         p.remove_if_idle(&key(n));
                     }
                     Op::Busy { key: n, busy } => p.set_busy(&key(n), busy),

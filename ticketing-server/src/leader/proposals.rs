@@ -5,10 +5,10 @@
 
 use super::projection::{Grant, Holding, Waiter};
 use super::{AppliedView, ConnId, Delivery, Leader};
-use crate::locks::{Applied, Command, FreeReason, NextHolder};
+use crate::locks::{Applied, Command, FreeReason, GrantKind, Issued, NextHolder};
 use crate::replication::{BatchOutcome, ProposeError};
 use std::time::{SystemTime, UNIX_EPOCH};
-use ticketing_proto::{ErrorCode, Key, RequestId, ServerFrame, Token};
+use ticketing_proto::{ErrorCode, Key, Owner, RequestId, ServerFrame, Token};
 use tracing::{debug, warn};
 
 /// What a proposal was for, so its outcome can be routed.
@@ -17,11 +17,13 @@ enum Intent {
     /// A grant to the waiter, proposed at domain time `dt`.
     Grant(Waiter, u64),
     /// A release (`by`: the `R` that asked) or an expiry (`by` is `None`)
-    /// handing over to `next`, proposed at domain time `dt`.
+    /// of the grant `(owner, token)`, handing over to `next` (in FIFO
+    /// order), proposed at domain time `dt`.
     Free {
         reason: FreeReason,
         by: Option<(ConnId, RequestId)>,
-        next: Option<Waiter>,
+        freed: (Owner, Token),
+        next: Vec<Waiter>,
         dt: u64,
     },
     Tick,
@@ -45,12 +47,28 @@ pub const MAX_BATCHES_IN_FLIGHT: usize = 1;
 fn encoded_estimate(cmd: &Command) -> usize {
     let text = match cmd {
         Command::Tick { .. } => 0,
-        Command::Grant { key, owner, .. } => key.as_str().len() + owner.as_str().len(),
+        Command::Grant { key, owner, .. } | Command::GrantShared { key, owner, .. } => {
+            key.as_str().len() + owner.as_str().len()
+        }
+        Command::GrantAll { keys, owner, .. } => keys_len(keys) + owner.as_str().len(),
         Command::Free { key, owner, next, .. } => {
-            key.as_str().len() + owner.as_str().len() + next.as_ref().map_or(0, |n| n.owner.as_str().len())
+            let next: usize = next.iter().map(|n| 40 + n.owner.as_str().len() + kind_len(&n.kind)).sum();
+            key.as_str().len() + owner.as_str().len() + next
         }
     };
     160 + 2 * text
+}
+
+/// Text bytes of a key list, with room for its punctuation.
+fn keys_len(keys: &[Key]) -> usize {
+    keys.iter().map(|k| k.as_str().len() + 3).sum()
+}
+
+fn kind_len(kind: &GrantKind) -> usize {
+    match kind {
+        GrantKind::Exclusive | GrantKind::Shared { .. } => 16,
+        GrantKind::All { keys } => 16 + keys_len(keys),
+    }
 }
 
 /// How many of `cmds` (from the front) go into the next batch: at least one,
@@ -66,11 +84,11 @@ fn batch_len(cmds: &[Command]) -> usize {
     cmds.len().min(MAX_BATCH_COMMANDS)
 }
 
-/// One proposed command: which key it holds busy and what it was for.
+/// One proposed command: which keys it holds busy and what it was for.
 #[derive(Debug)]
 struct Item {
-    /// `None` for a `Tick`.
-    key: Option<Key>,
+    /// Every key the command can change (none for a `Tick`).
+    keys: Vec<Key>,
     intent: Intent,
 }
 
@@ -120,8 +138,18 @@ fn wall_micros() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)).unwrap_or(0)
 }
 
-fn next_holder(next: &Option<Waiter>) -> Option<NextHolder> {
-    next.as_ref().map(|w| NextHolder { owner: w.owner.clone(), lease_s: w.lease })
+fn next_holders(next: &[Waiter]) -> Vec<NextHolder> {
+    next.iter().map(|w| NextHolder { owner: w.owner.clone(), lease_s: w.lease, kind: w.kind.clone() }).collect()
+}
+
+/// What a key would hold after a hand-over, while its run of grantable
+/// waiters is chosen (`Leader::take_run`).
+#[derive(Debug, Default)]
+struct Hypothetical {
+    /// An exclusive holder stays or was chosen.
+    exclusive: bool,
+    /// Counted holders that stay or were chosen.
+    counted: usize,
 }
 
 impl Leader {
@@ -147,16 +175,16 @@ impl Leader {
         Some(Batch { id, cmds })
     }
 
-    /// Queues `cmd` in the outbox (the key is busy from now on).
+    /// Queues `cmd` in the outbox (its keys are busy from now on).
     fn propose(&mut self, cmd: Command, intent: Intent) {
-        let key = cmd.key().cloned();
-        if let Some(key) = &key {
+        let keys: Vec<Key> = cmd.keys().into_iter().cloned().collect();
+        for key in &keys {
             self.proj.set_busy(key, true);
         }
         self.in_flight += 1;
         self.last_proposed = self.now;
         self.outbox.cmds.push(cmd);
-        self.outbox.items.push(Item { key, intent });
+        self.outbox.items.push(Item { keys, intent });
     }
 
     /// Drops the outbox unproposed (a new term, or stepping down): its
@@ -166,7 +194,7 @@ impl Leader {
         self.outbox.cmds.clear();
         for item in self.outbox.items.drain(..) {
             self.in_flight -= 1;
-            if item.key.is_none() {
+            if matches!(item.intent, Intent::Tick) {
                 self.tick_in_flight = false;
             }
         }
@@ -188,37 +216,110 @@ impl Leader {
         self.propose(Command::Tick { dt }, Intent::Tick);
     }
 
-    /// Re-reads one key's holder from the applied state (after a surprise or
-    /// an error); a holder found there gets a full-length lease from now
+    /// Re-reads one key's holders from the applied state (after a surprise
+    /// or an error); a holder found there gets a full-length lease from now
     /// (conservative: its commit time at this leader is not known).
     fn resync_key(&mut self, key: &Key, applied: &dyn AppliedView) {
         let now = self.now;
-        let holding =
-            applied.applied_holder(key).map(|h| Holding::committed(h.owner, h.token, h.lease_s, h.granted_dt, now));
-        self.hold(key, holding);
+        let holders = applied
+            .applied_holders(key)
+            .into_iter()
+            .map(|h| Holding::committed(h.owner, h.token, h.lease_s, h.granted_dt, h.slot, now))
+            .collect();
+        self.proj.set_holders(key, holders);
     }
 
-    /// Proposes a grant of a free key to `w` (the key counts as held meanwhile).
-    pub(super) fn grant(&mut self, w: Waiter) {
-        self.hold(&w.key, Some(Holding::committing(w.owner.clone())));
-        let dt = self.domain_now(self.now);
-        let cmd =
-            Command::Grant { key: w.key.clone(), owner: w.owner.clone(), lease_s: w.lease, micros: wall_micros(), dt };
-        self.propose(cmd, Intent::Grant(w, dt));
-    }
-
-    /// The queue head a release or expiry hands the key to (none during the start grace).
-    fn next_for_hand_over(&mut self, key: &Key) -> Option<Waiter> {
-        if self.in_grace() {
-            None
-        } else {
-            self.proj.pop_head(key)
+    /// Counts `w` as holding each of its keys while its grant is committed.
+    fn hold_committing(&mut self, w: &Waiter) {
+        let shared = matches!(w.kind, GrantKind::Shared { .. });
+        for key in w.keys() {
+            self.proj.add_holder(key, Holding::committing(w.owner.clone(), shared));
         }
     }
 
+    /// Forgets `w`'s grants being committed (the grant did not happen).
+    fn drop_committing(&mut self, w: &Waiter) {
+        for key in w.keys() {
+            self.proj.remove_committing(key, &w.owner);
+        }
+    }
+
+    /// Proposes a grant to `w` of its key(s) (they count as held meanwhile).
+    pub(super) fn grant(&mut self, w: Waiter) {
+        self.hold_committing(&w);
+        let dt = self.domain_now(self.now);
+        let (owner, lease_s, micros) = (w.owner.clone(), w.lease, wall_micros());
+        let cmd = match &w.kind {
+            GrantKind::Exclusive => Command::Grant { key: w.key.clone(), owner, lease_s, micros, dt },
+            GrantKind::Shared { n } => Command::GrantShared { key: w.key.clone(), owner, n: *n, lease_s, micros, dt },
+            GrantKind::All { keys } => Command::GrantAll { keys: keys.clone(), owner, lease_s, micros, dt },
+        };
+        self.propose(cmd, Intent::Grant(w, dt));
+    }
+
+    /// Whether the first live waiter of `key` can be granted now, if `key`
+    /// held what `hypo` says (docs/protocol.md, "A key's holders"): a
+    /// multi-key waiter also needs every other key of its set free, idle
+    /// and with it at the head of its queue.
+    fn head_grantable(&self, key: &Key, hypo: &Hypothetical) -> Option<super::WaiterId> {
+        let wid = self.proj.head(key)?;
+        let w = self.proj.waiter(wid)?;
+        let empty = !hypo.exclusive && hypo.counted == 0;
+        let ok = match &w.kind {
+            GrantKind::Exclusive => empty,
+            GrantKind::Shared { n } => !hypo.exclusive && hypo.counted < usize::from(*n),
+            GrantKind::All { keys } => {
+                empty
+                    && keys.iter().filter(|k| *k != key).all(|k| {
+                        self.proj.holders(k).is_empty() && !self.proj.is_busy(k) && self.proj.head(k) == Some(wid)
+                    })
+            }
+        };
+        ok.then_some(wid)
+    }
+
+    /// Takes off `key`'s queue every waiter from the head on that is
+    /// grantable with the key's current holders, stopping at the first that
+    /// is not (no overtaking) or after `most`; each counts as holding its
+    /// keys from now on. A waiter that would exceed `--max-held-keys` is
+    /// answered `B` and skipped (docs/configuration.md, "Limits"). None
+    /// during the start grace.
+    fn take_run(&mut self, key: &Key, most: usize) -> Vec<Waiter> {
+        let mut run = Vec::new();
+        if self.in_grace() {
+            return run;
+        }
+        let holders = self.proj.holders(key);
+        let mut hypo = Hypothetical {
+            exclusive: holders.iter().any(|h| !h.shared),
+            counted: holders.iter().filter(|h| h.shared).count(),
+        };
+        let mut held = self.proj.held();
+        while run.len() < most {
+            let Some(wid) = self.head_grantable(key, &hypo) else { break };
+            let Some(w) = self.proj.remove_waiter(wid) else { break };
+            // The held-keys cap was checked when this waiter arrived;
+            // other keys may have filled the server since.
+            if held + w.keys().len() > self.limits.max_held_keys {
+                self.refuse_busy(w.conn, w.id, w.key.clone());
+                continue;
+            }
+            held += w.keys().len();
+            match w.kind {
+                GrantKind::Shared { .. } => hypo.counted += 1,
+                _ => hypo.exclusive = true,
+            }
+            self.hold_committing(&w);
+            run.push(w);
+        }
+        run
+    }
+
     /// Starts the next proposal the key needs, if none is in flight: a due
-    /// expiry first, then the oldest waiting release, then a grant of a free
-    /// key to its queue head (not during the start grace).
+    /// expiry first, then the oldest waiting release, then a grant to its
+    /// queue head if that has become grantable (not during the start grace).
+    /// A release or expiry hands over, in its own command, to every waiter
+    /// from the head on that becomes grantable.
     pub(super) fn pump(&mut self, key: &Key) {
         if self.proj.is_busy(key) {
             return;
@@ -229,63 +330,80 @@ impl Leader {
         }
         let now = self.now;
         let dt = self.domain_now(now);
-        if let Some(Holding { owner, grant: Grant::Committed { token, deadline, .. } }) = self.proj.holder(key) {
-            if *deadline <= now {
-                let (owner, token) = (owner.clone(), *token);
-                let next = self.next_for_hand_over(key);
-                let reason = FreeReason::Expiry;
-                let cmd = Command::Free {
-                    reason,
-                    key: key.clone(),
-                    owner,
-                    token,
-                    next: next_holder(&next),
-                    micros: wall_micros(),
-                    dt,
-                };
-                self.propose(cmd, Intent::Free { reason, by: None, next, dt });
-                return;
-            }
-        }
-        if let Some(r) = self.proj.pop_release(key) {
-            let matches = self.proj.holder(key).is_some_and(|h| h.owner == r.owner && h.token() == Some(r.token));
-            let next = if matches { self.next_for_hand_over(key) } else { None };
-            let reason = FreeReason::Release;
-            let cmd = Command::Free {
-                reason,
-                key: key.clone(),
-                owner: r.owner,
-                token: r.token,
-                next: next_holder(&next),
-                micros: wall_micros(),
-                dt,
-            };
-            self.propose(cmd, Intent::Free { reason, by: Some((r.conn, r.id)), next, dt });
+        let expired = self.proj.holders(key).iter().find_map(|h| match h.grant {
+            Grant::Committed { token, deadline, .. } if deadline <= now => Some((h.owner.clone(), token)),
+            _ => None,
+        });
+        // A release or expiry takes its holder out of the projection at
+        // once (a failure puts the applied holders back): the waiters it
+        // hands over to are those grantable without it.
+        if let Some((owner, token)) = expired {
+            self.proj.remove_holder(key, &owner, token);
+            let next = self.take_run(key, usize::MAX);
+            self.propose_free(key, FreeReason::Expiry, None, (owner, token), next, dt);
             return;
         }
-        if self.proj.holder(key).is_none() && !self.in_grace() {
-            while let Some(head) = self.proj.pop_head(key) {
-                // The held-keys cap was checked when this waiter arrived;
-                // other keys may have filled the server since
-                // (docs/configuration.md, "Limits": B).
-                if self.proj.held() >= self.limits.max_held_keys {
-                    self.refuse_busy(head.conn, head.id, key.clone());
-                    continue;
-                }
-                self.grant(head);
-                return;
-            }
+        if let Some(r) = self.proj.pop_release(key) {
+            let matches = self.proj.holders(key).iter().any(|h| h.is(&r.owner, r.token));
+            let next = if matches {
+                self.proj.remove_holder(key, &r.owner, r.token);
+                self.take_run(key, usize::MAX)
+            } else {
+                Vec::new()
+            };
+            self.propose_free(key, FreeReason::Release, Some((r.conn, r.id)), (r.owner, r.token), next, dt);
+            return;
+        }
+        let hypo_now = self.take_run(key, 1);
+        if let Some(w) = hypo_now.into_iter().next() {
+            // `take_run` counted it as holding already; `grant` does that itself.
+            self.drop_committing(&w);
+            self.grant(w);
+            return;
         }
         self.proj.remove_if_idle(key);
     }
 
-    fn granted(&mut self, w: Waiter, token: Token, dt: u64) {
+    fn propose_free(
+        &mut self,
+        key: &Key,
+        reason: FreeReason,
+        by: Option<(ConnId, RequestId)>,
+        freed: (Owner, Token),
+        next: Vec<Waiter>,
+        dt: u64,
+    ) {
+        let cmd = Command::Free {
+            reason,
+            key: key.clone(),
+            owner: freed.0.clone(),
+            token: freed.1,
+            next: next_holders(&next),
+            micros: wall_micros(),
+            dt,
+        };
+        self.propose(cmd, Intent::Free { reason, by, freed, next, dt });
+    }
+
+    /// `w`'s grant is committed: its keys are held with `issued`'s token
+    /// (and slot); it is answered `A` (or `G` for a counted grant).
+    fn granted(&mut self, w: Waiter, issued: Issued, dt: u64) {
         let now = self.now;
-        self.hold(&w.key, Some(Holding::committed(w.owner.clone(), token, w.lease, dt, now)));
+        let Issued { token, slot } = issued;
+        for key in w.keys() {
+            let h = Holding::committed(w.owner.clone(), token, w.lease, dt, slot, now);
+            self.proj.commit_holder(key, &w.owner, h);
+        }
         let waited = now.saturating_duration_since(w.read_at);
         let waited_ms = u32::try_from(waited.as_millis()).unwrap_or(u32::MAX);
         self.metrics.observe_grant(waited_ms);
-        let frame = ServerFrame::Granted { id: w.id, key: w.key.clone(), owner: w.owner, token, waited_ms };
+        self.metrics.observe_kind(&w.kind);
+        let frame = match slot {
+            Some(slot) => {
+                ServerFrame::GrantedShared { id: w.id, key: w.key.clone(), owner: w.owner, token, waited_ms, slot }
+            }
+            None => ServerFrame::Granted { id: w.id, key: w.key.clone(), owner: w.owner, token, waited_ms },
+        };
         self.reply(w.conn, w.id, frame);
     }
 
@@ -296,18 +414,12 @@ impl Leader {
         self.refuse_busy(w.conn, w.id, w.key);
     }
 
-    /// After a committed release/expiry: the key goes to `next` (with the
-    /// handed-over token) or becomes free.
-    fn handed_over(&mut self, key: &Key, next: Option<Waiter>, token: Option<Token>, dt: u64) {
-        match (next, token) {
-            (Some(w), Some(t)) => self.granted(w, t, dt),
-            (next, _) => {
-                self.hold(key, None);
-                if let Some(w) = next {
-                    // The state machine could not issue a token.
-                    self.tokens_exhausted(w);
-                }
-            }
+    /// Puts the waiters of a hand-over that did not happen back at the head
+    /// of their queues, the first first.
+    fn put_back_all(&mut self, next: Vec<Waiter>) {
+        for w in next.into_iter().rev() {
+            self.drop_committing(&w);
+            self.put_back(w);
         }
     }
 
@@ -350,8 +462,8 @@ impl Leader {
         applied: &dyn AppliedView,
     ) {
         self.in_flight -= 1;
-        let Item { key, intent } = item;
-        let Some(key) = key else {
+        let Item { keys, intent } = item;
+        if matches!(intent, Intent::Tick) {
             // A `Tick`: nothing to route.
             self.tick_in_flight = false;
             match result {
@@ -361,29 +473,46 @@ impl Leader {
                 Err(e) => debug!(error = ?e, "tick not committed"),
             }
             return;
-        };
+        }
         if epoch != self.epoch || epoch.is_none() {
             // A proposal of an earlier term: its connections were closed and
             // the projection rebuilt since.
             return;
         }
-        self.proj.set_busy(&key, false);
+        for key in &keys {
+            self.proj.set_busy(key, false);
+        }
+        let resync = |l: &mut Leader| {
+            for key in &keys {
+                l.resync_key(key, applied);
+            }
+        };
         match (intent, result) {
-            (Intent::Grant(w, dt), Ok(Applied::Granted(token))) => self.granted(w, token, dt),
+            (Intent::Grant(w, dt), Ok(Applied::Granted(token))) if !matches!(w.kind, GrantKind::Shared { .. }) => {
+                self.granted(w, Issued { token, slot: None }, dt)
+            }
+            (Intent::Grant(w, dt), Ok(Applied::GrantedShared { token, slot }))
+                if matches!(w.kind, GrantKind::Shared { .. }) =>
+            {
+                self.granted(w, Issued { token, slot: Some(slot) }, dt)
+            }
             (Intent::Grant(w, _), Ok(Applied::TokensExhausted)) => {
-                self.resync_key(&key, applied);
+                resync(self);
                 self.tokens_exhausted(w);
             }
             (Intent::Grant(w, _), Ok(other)) => {
-                debug!(key = %key, ?other, "grant found the key held; resyncing");
-                self.resync_key(&key, applied);
+                debug!(key = %w.key, ?other, "grant found the key held; resyncing");
+                resync(self);
                 if w.wait_until > w.read_at {
                     self.put_back(w);
                 } else {
                     self.time_out(w);
                 }
             }
-            (Intent::Free { reason, by, next, dt }, Ok(Applied::Freed { reason: r, handed_over })) if r == reason => {
+            (Intent::Free { reason, by, freed, next, dt }, Ok(Applied::Freed { reason: r, handed_over }))
+                if r == reason =>
+            {
+                let key = &keys[0];
                 match by {
                     Some((conn, id)) => {
                         self.metrics.releases_released.inc();
@@ -393,31 +522,46 @@ impl Leader {
                         self.metrics.expiries.inc();
                     }
                 }
-                self.handed_over(&key, next, handed_over, dt);
+                let _ = freed; // left the projection when proposed
+                let mut outcomes = handed_over.into_iter();
+                for w in next {
+                    match outcomes.next() {
+                        Some(Ok(issued)) => self.granted(w, issued, dt),
+                        Some(Err(Applied::TokensExhausted)) => {
+                            self.drop_committing(&w);
+                            self.tokens_exhausted(w);
+                        }
+                        _ => {
+                            // The projection said it was grantable, the state machine disagreed.
+                            debug!(key = %w.key, "hand-over not grantable; resyncing");
+                            self.drop_committing(&w);
+                            resync(self);
+                            self.put_back(w);
+                        }
+                    }
+                }
             }
             (Intent::Free { by: Some((conn, id)), next, .. }, Ok(other)) => {
                 self.metrics.releases_not_holder.inc();
-                self.reply(conn, id, ServerFrame::NotHolder { id, key: key.clone() });
-                if next.is_some() || !matches!(other, Applied::NotHolder) {
+                let key = keys[0].clone();
+                self.reply(conn, id, ServerFrame::NotHolder { id, key });
+                let surprise = !next.is_empty() || !matches!(other, Applied::NotHolder);
+                self.put_back_all(next);
+                if surprise {
                     // The projection said it matched, the state machine disagreed.
-                    self.resync_key(&key, applied);
-                }
-                if let Some(w) = next {
-                    self.put_back(w);
+                    resync(self);
                 }
             }
             (Intent::Free { by: None, next, .. }, Ok(other)) => {
-                debug!(key = %key, ?other, "expiry did not match; resyncing");
-                self.resync_key(&key, applied);
-                if let Some(w) = next {
-                    self.put_back(w);
-                }
+                debug!(key = %keys[0], ?other, "expiry did not match; resyncing");
+                self.put_back_all(next);
+                resync(self);
             }
-            // A tick has no key and was routed above.
-            (Intent::Tick, Ok(_)) => {}
+            // A tick was routed above.
+            (Intent::Tick, _) => {}
             (intent, Err(e)) => {
                 self.metrics.proposal_errors.inc();
-                warn!(key = %key, error = ?e, "proposal failed");
+                warn!(keys = ?keys, error = ?e, "proposal failed");
                 let frame = self.error_frame(&e);
                 let fatal = |l: &mut Leader, conn| l.send(conn, Delivery::Fatal(frame.clone()));
                 match intent {
@@ -426,16 +570,18 @@ impl Leader {
                         if let Some((conn, _)) = by {
                             fatal(self, conn);
                         }
-                        if let Some(w) = next {
+                        for w in next {
                             fatal(self, w.conn);
                         }
                     }
                     Intent::Tick => {}
                 }
-                self.resync_key(&key, applied);
+                resync(self);
             }
         }
-        self.pump(&key);
+        for key in &keys {
+            self.pump(key);
+        }
     }
 }
 
@@ -473,7 +619,7 @@ mod tests {
             key: Key::new(key.clone()).unwrap(),
             owner: Owner::new(owner.clone()).unwrap(),
             token: t,
-            next: Some(NextHolder { owner: Owner::new(owner.clone()).unwrap(), lease_s: 250 }),
+            next: vec![crate::locks::NextHolder::exclusive(Owner::new(owner.clone()).unwrap(), 250)],
             micros: u64::MAX,
             dt: u64::MAX,
         };

@@ -5,6 +5,7 @@
 //! docs/protocol.md §4–6.
 
 use super::*;
+use crate::locks::GrantKind;
 use crate::test_fields::{k, o, t0};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -111,7 +112,15 @@ impl Sim {
     }
 
     fn acquire(&mut self, conn: u64, id: u64, key: &str, owner: &str, wait: u8, lease: u8) {
-        let r = Request::Acquire { id: RequestId(id), key: k(key), owner: o(owner), wait, lease, read_at: self.now };
+        let r = Request::Acquire {
+            id: RequestId(id),
+            key: k(key),
+            kind: GrantKind::Exclusive,
+            owner: o(owner),
+            wait,
+            lease,
+            read_at: self.now,
+        };
         self.request(conn, r);
     }
 
@@ -252,7 +261,7 @@ fn commands_proposed_while_a_batch_is_in_flight_go_out_as_one_batch() {
     assert!(s.out.is_empty(), "nothing is answered before its commit");
     s.commit();
     assert_eq!(s.pending.len(), 1);
-    let keys: Vec<_> = s.pending[0].cmds.iter().filter_map(|c| c.key().cloned()).collect();
+    let keys: Vec<_> = s.pending[0].cmds.iter().filter_map(|c| c.keys().first().copied().cloned()).collect();
     assert_eq!(keys, (1..=5).map(|i| k(&format!("a{i}"))).collect::<Vec<_>>());
     s.commit();
     let mut last = 0;
@@ -580,6 +589,7 @@ impl Model {
                 self.send(conn, Model::key(key), |id| Request::Acquire {
                     id,
                     key: Model::key(key),
+                    kind: GrantKind::Exclusive,
                     owner,
                     wait,
                     lease,

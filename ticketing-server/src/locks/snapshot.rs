@@ -4,23 +4,32 @@
 //! clear error instead of being installed.
 //!
 //! ```text
-//! "TKLS" version:u8=2 last_token:u64 dt:u64 count:u64
+//! "TKLS" version:u8 last_token:u64 dt:u64 count:u64
 //! count × ( key_len:u8 key owner_len:u8 owner token:u64 lease_s:u8 granted_dt:u64 )
+//! version 3 only: counted:u64
+//! counted × ( key_len:u8 key owner_len:u8 owner token:u64 lease_s:u8 granted_dt:u64 slot:u16 )
 //! ```
-//! Integers are little-endian; keys strictly increase (bytewise). An owner
+//! Integers are little-endian. The first list holds the exclusive holders,
+//! keys strictly increasing (bytewise); the second the counted holders,
+//! `(key, slot)` strictly increasing, no key of the first list among them.
+//! Version 2 (no counted holders) is written whenever there are none, so a
+//! node of an earlier build reads it; this build reads both. An owner
 //! of lowercase hex (what the clients generate: 32 characters) is stored as
 //! its raw bytes, `owner_len = 0x80 | raw length`; any other owner as its
 //! text, `owner_len` < 0x80 (owners are at most 64 bytes).
 
-use super::LockState;
+use super::{Holder, LockState};
 use std::fmt;
 use ticketing_proto::limits::TOKEN_MAX;
 use ticketing_proto::{Key, Owner, Token};
 
 /// The magic bytes that open a snapshot.
 pub const MAGIC: &[u8; 4] = b"TKLS";
-/// The snapshot format version this build writes and reads.
-pub const VERSION: u8 = 2;
+/// The snapshot format version this build writes when there are counted
+/// holders (and reads, as it reads [`VERSION_EXCLUSIVE`]).
+pub const VERSION: u8 = 3;
+/// The format without counted holders: written when there are none.
+pub const VERSION_EXCLUSIVE: u8 = 2;
 
 /// Why a snapshot was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,20 +52,25 @@ impl LockState {
     pub fn encode_snapshot(&self, out: &mut Vec<u8>) {
         let mut holders: Vec<_> = self.held.iter().collect();
         holders.sort_unstable_by(|a, b| a.key.cmp(b.key));
-        out.reserve(29 + holders.iter().map(|h| 19 + h.key.len() + h.owner.len()).sum::<usize>());
+        let mut counted: Vec<(&Key, &Holder)> =
+            self.counted.iter().flat_map(|(k, hs)| hs.iter().map(move |h| (k, h))).collect();
+        counted.sort_unstable_by(|a, b| (a.0.as_bytes(), a.1.slot).cmp(&(b.0.as_bytes(), b.1.slot)));
+        out.reserve(37 + holders.iter().map(|h| 19 + h.key.len() + h.owner.len()).sum::<usize>());
         out.extend_from_slice(MAGIC);
-        out.push(VERSION);
+        out.push(if counted.is_empty() { VERSION_EXCLUSIVE } else { VERSION });
         out.extend_from_slice(&self.last_token.to_le_bytes());
         out.extend_from_slice(&self.dt.to_le_bytes());
         out.extend_from_slice(&(holders.len() as u64).to_le_bytes());
         for h in holders {
-            // Key ≤ 250 and owner ≤ 64 bytes (validated types), so the lengths fit a byte.
-            out.push(h.key.len() as u8);
-            out.extend_from_slice(h.key);
-            put_owner(out, h.owner);
-            out.extend_from_slice(&h.token.to_le_bytes());
-            out.push(h.lease_s);
-            out.extend_from_slice(&h.granted_dt.to_le_bytes());
+            put_holder(out, h.key, h.owner, h.token, h.lease_s, h.granted_dt);
+        }
+        if counted.is_empty() {
+            return;
+        }
+        out.extend_from_slice(&(counted.len() as u64).to_le_bytes());
+        for (key, h) in counted {
+            put_holder(out, key.as_bytes(), h.owner.as_bytes(), h.token.get(), h.lease_s, h.granted_dt);
+            out.extend_from_slice(&h.slot.unwrap_or(0).to_le_bytes());
         }
     }
 
@@ -76,8 +90,8 @@ impl LockState {
             return Err(bad("does not start with TKLS"));
         }
         let version = r.u8()?;
-        if version != VERSION {
-            return Err(bad(format!("format version {version}, this build reads {VERSION}")));
+        if version != VERSION && version != VERSION_EXCLUSIVE {
+            return Err(bad(format!("format version {version}, this build reads {VERSION_EXCLUSIVE} and {VERSION}")));
         }
         let last_token = r.u64()?;
         if last_token > TOKEN_MAX {
@@ -89,40 +103,72 @@ impl LockState {
         if count > (data.len() as u64) / 21 {
             return Err(bad(format!("{count} holders cannot fit in {} bytes", data.len())));
         }
-        let mut state = LockState { last_token, held: Default::default(), dt };
+        let mut state = LockState { last_token, held: Default::default(), counted: Default::default(), dt };
         let mut prev: Option<&[u8]> = None;
         for i in 0..count {
-            let key_len = usize::from(r.u8()?);
-            let key = r.take(key_len)?;
-            Key::new(bytes::Bytes::copy_from_slice(key)).map_err(|e| bad(format!("holder {i}: {e}")))?;
-            if prev.is_some_and(|p| p >= key) {
+            let h = r.holder(i, last_token, dt)?;
+            if prev.is_some_and(|p| p >= h.key) {
                 return Err(bad(format!("holder {i}: keys not in strictly increasing order")));
             }
-            prev = Some(key);
-            let owner_len = r.u8()?;
-            let owner = match owner_len & 0x80 {
-                0 => r.take(usize::from(owner_len))?.to_vec(),
-                _ => hex::encode(r.take(usize::from(owner_len & 0x7F))?).into_bytes(),
-            };
-            let owner = owner.as_slice();
-            Owner::new(bytes::Bytes::copy_from_slice(owner)).map_err(|e| bad(format!("holder {i}: {e}")))?;
-            let token = r.u64()?;
-            let token = Token::new(token).map_err(|e| bad(format!("holder {i}: {e}")))?;
-            if token.get() > last_token {
-                return Err(bad(format!("holder {i}: token {} above the counter {last_token}", token.get())));
+            prev = Some(h.key);
+            state.held.insert(h.key, h.owner.as_bytes(), h.token, h.lease_s, h.granted_dt);
+        }
+        if version == VERSION {
+            let counted = r.u64()?;
+            if counted > (data.len() as u64) / 23 {
+                return Err(bad(format!("{counted} counted holders cannot fit in {} bytes", data.len())));
             }
-            let lease_s = r.u8()?;
-            let granted_dt = r.u64()?;
-            if granted_dt > dt {
-                return Err(bad(format!("holder {i}: granted at {granted_dt} ms, after the domain time {dt}")));
+            let mut prev: Option<(&[u8], u16)> = None;
+            for i in count..count + counted {
+                let h = r.holder(i, last_token, dt)?;
+                let slot = r.u16()?;
+                if slot == u16::MAX {
+                    return Err(bad(format!("holder {i}: slot {slot} is not below any n")));
+                }
+                if prev.is_some_and(|p| p >= (h.key, slot)) {
+                    return Err(bad(format!("holder {i}: (key, slot) not in strictly increasing order")));
+                }
+                if state.held.contains(h.key) {
+                    return Err(bad(format!("holder {i}: a key held both exclusively and counted")));
+                }
+                prev = Some((h.key, slot));
+                let key =
+                    Key::new(bytes::Bytes::copy_from_slice(h.key)).map_err(|e| bad(format!("holder {i}: {e}")))?;
+                let holder = Holder {
+                    owner: h.owner,
+                    token: h.token,
+                    lease_s: h.lease_s,
+                    granted_dt: h.granted_dt,
+                    slot: Some(slot),
+                };
+                state.counted.entry(key).or_default().push(holder);
             }
-            state.held.insert(key, owner, token, lease_s, granted_dt);
         }
         if r.at != data.len() {
             return Err(bad(format!("{} trailing bytes", data.len() - r.at)));
         }
         Ok(state)
     }
+}
+
+/// One holder's common fields (key ≤ 250 and owner ≤ 64 bytes, validated
+/// types, so the lengths fit a byte).
+fn put_holder(out: &mut Vec<u8>, key: &[u8], owner: &[u8], token: u64, lease_s: u8, granted_dt: u64) {
+    out.push(key.len() as u8);
+    out.extend_from_slice(key);
+    put_owner(out, owner);
+    out.extend_from_slice(&token.to_le_bytes());
+    out.push(lease_s);
+    out.extend_from_slice(&granted_dt.to_le_bytes());
+}
+
+/// A holder's common fields as read, validated.
+struct ReadHolder<'a> {
+    key: &'a [u8],
+    owner: Owner,
+    token: Token,
+    lease_s: u8,
+    granted_dt: u64,
 }
 
 /// An even length (whole bytes).
@@ -159,6 +205,32 @@ impl<'a> Reader<'a> {
     fn u8(&mut self) -> Result<u8, SnapshotError> {
         Ok(self.take(1)?[0])
     }
+    fn u16(&mut self) -> Result<u16, SnapshotError> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    /// Holder `i`'s common fields, each validated (`put_holder`).
+    fn holder(&mut self, i: u64, last_token: u64, dt: u64) -> Result<ReadHolder<'a>, SnapshotError> {
+        let key_len = usize::from(self.u8()?);
+        let key = self.take(key_len)?;
+        Key::new(bytes::Bytes::copy_from_slice(key)).map_err(|e| bad(format!("holder {i}: {e}")))?;
+        let owner_len = self.u8()?;
+        let owner = match owner_len & 0x80 {
+            0 => self.take(usize::from(owner_len))?.to_vec(),
+            _ => hex::encode(self.take(usize::from(owner_len & 0x7F))?).into_bytes(),
+        };
+        let owner = Owner::new(owner).map_err(|e| bad(format!("holder {i}: {e}")))?;
+        let token = Token::new(self.u64()?).map_err(|e| bad(format!("holder {i}: {e}")))?;
+        if token.get() > last_token {
+            return Err(bad(format!("holder {i}: token {} above the counter {last_token}", token.get())));
+        }
+        let lease_s = self.u8()?;
+        let granted_dt = self.u64()?;
+        if granted_dt > dt {
+            return Err(bad(format!("holder {i}: granted at {granted_dt} ms, after the domain time {dt}")));
+        }
+        Ok(ReadHolder { key, owner, token, lease_s, granted_dt })
+    }
     fn u64(&mut self) -> Result<u64, SnapshotError> {
         let b = self.take(8)?;
         let mut a = [0u8; 8];
@@ -181,7 +253,7 @@ mod tests {
             s.apply(&g);
         }
         let h = s.holder(&k("a")).unwrap();
-        let next = Some(NextHolder { owner: o("next"), lease_s: 9 });
+        let next = vec![NextHolder::exclusive(o("next"), 9)];
         s.apply(&Command::Free {
             reason: FreeReason::Release,
             key: k("a"),

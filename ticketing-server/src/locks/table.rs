@@ -83,6 +83,7 @@ impl HolderRef<'_> {
             token: Token::new(self.token).ok()?,
             lease_s: self.lease_s,
             granted_dt: self.granted_dt,
+            slot: None,
         })
     }
 

@@ -6,7 +6,7 @@
 use super::metrics::gauge_value;
 use super::{ConnId, Delivery, ManagerRequest, Metrics};
 use crate::config::Limits;
-use crate::leader::{AppliedView, BatchId, Leader, Request};
+use crate::leader::{AppliedView, BatchId, Leader};
 use crate::locks::Holder;
 use crate::replication::{BatchOutcome, Leadership, Proposal, Replicator};
 use std::collections::HashMap;
@@ -33,8 +33,8 @@ struct Done {
 struct Applied<'a>(&'a dyn Replicator);
 
 impl AppliedView for Applied<'_> {
-    fn applied_holder(&self, key: &Key) -> Option<Holder> {
-        self.0.applied_holder(key)
+    fn applied_holders(&self, key: &Key) -> Vec<Holder> {
+        self.0.applied_holders(key)
     }
 }
 
@@ -195,16 +195,7 @@ impl Driver {
                 self.leader.handle_drain();
                 self.drained.push(done);
             }
-            ManagerRequest::Acquire { conn, id, key, owner, wait, lease, read_at } => {
-                let read_at = read_at.into_std();
-                self.leader.handle_request(now, conn, Request::Acquire { id, key, owner, wait, lease, read_at });
-            }
-            ManagerRequest::Release { conn, id, key, owner, token } => {
-                self.leader.handle_request(now, conn, Request::Release { id, key, owner, token });
-            }
-            ManagerRequest::Holds { conn, id, key, owner } => {
-                self.leader.handle_request(now, conn, Request::Holds { id, key, owner });
-            }
+            ManagerRequest::Request { conn, request } => self.leader.handle_request(now, conn, request),
         }
         self.deliver();
     }

@@ -129,6 +129,9 @@ pub struct Metrics {
     registry: Registry,
     /// Grants committed (direct and hand-over): `ticketing_grants_total`.
     pub grants: Counter,
+    /// Grants by kind: `ticketing_grants_by_kind_total{kind="exclusive"|"shared"|"all"}`
+    /// (`A`, `S`, `K`; a multi-key grant counts once).
+    pub grants_by_kind: [Counter; 3],
     /// Releases answered `R`: `ticketing_releases_total{result="released"}`.
     pub releases_released: Counter,
     /// Releases answered `N`: `ticketing_releases_total{result="not_holder"}`.
@@ -182,6 +185,14 @@ impl Metrics {
         let mut registry = Registry::with_prefix("ticketing");
         let grants = Counter::default();
         registry.register("grants", "Grants committed (direct and hand-over)", grants.clone());
+        let by_kind = Family::<Vec<(String, String)>, Counter>::default();
+        let kind = |k: &str| by_kind.get_or_create(&vec![("kind".to_owned(), k.to_owned())]).clone();
+        let grants_by_kind = [kind("exclusive"), kind("shared"), kind("all")];
+        registry.register(
+            "grants_by_kind",
+            "Grants committed by kind: exclusive (A), shared (S, counted), all (K, multi-key)",
+            by_kind,
+        );
         let releases = Family::<Vec<(String, String)>, Counter>::default();
         let result = |r: &str| vec![("result".to_owned(), r.to_owned())];
         let releases_released = releases.get_or_create(&result("released")).clone();
@@ -249,6 +260,7 @@ impl Metrics {
         Metrics {
             registry,
             grants,
+            grants_by_kind,
             releases_released,
             releases_not_holder,
             expiries,
@@ -278,6 +290,17 @@ impl Metrics {
         } else {
             self.reloads_failed.inc();
         }
+    }
+
+    /// Counts one committed grant of `kind` (by kind).
+    pub fn observe_kind(&self, kind: &crate::locks::GrantKind) {
+        use crate::locks::GrantKind;
+        let i = match kind {
+            GrantKind::Exclusive => 0,
+            GrantKind::Shared { .. } => 1,
+            GrantKind::All { .. } => 2,
+        };
+        self.grants_by_kind[i].inc();
     }
 
     /// Counts one committed grant that waited `waited_ms` since its `A` was read.

@@ -25,9 +25,8 @@ use crate::config::Limits;
 use crate::replication::Replicator;
 use std::fmt;
 use std::sync::Arc;
-use ticketing_proto::{Addr, Key, Owner, RequestId, Token};
+use ticketing_proto::{Addr, Key};
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::Instant;
 
 /// What a connection (or the server) asks of the manager.
 #[derive(Debug)]
@@ -41,47 +40,12 @@ pub enum ManagerRequest {
         /// The client's address (`ip:port`), shown for its waiters in `/locks/<key>`.
         client: String,
     },
-    /// `A <id> <key> <owner> <wait> <lease>`.
-    Acquire {
+    /// A client request (`A`, `S`, `K`, `R`, `Q`) of a registered connection.
+    Request {
         /// The connection.
         conn: ConnId,
-        /// Request id.
-        id: RequestId,
-        /// Key.
-        key: Key,
-        /// Owner.
-        owner: Owner,
-        /// Wait, whole seconds.
-        wait: u8,
-        /// Lease, whole seconds.
-        lease: u8,
-        /// When the server read the request (for `waited_ms` and the wait timer).
-        read_at: Instant,
-    },
-    /// `Q <id> <key> <owner>`: answered `H` (that owner holds the key) or
-    /// `N`; changes nothing (docs/protocol.md §3.2).
-    Holds {
-        /// The connection.
-        conn: ConnId,
-        /// Request id.
-        id: RequestId,
-        /// Key.
-        key: Key,
-        /// The owner asked about.
-        owner: Owner,
-    },
-    /// `R <id> <key> <owner> <token>`.
-    Release {
-        /// The connection.
-        conn: ConnId,
-        /// Request id.
-        id: RequestId,
-        /// Key.
-        key: Key,
-        /// Owner of the grant.
-        owner: Owner,
-        /// Token of the grant.
-        token: Token,
+        /// The request, as the leader takes it.
+        request: crate::leader::Request,
     },
     /// The client closed its sending side (EOF): its waiters leave their
     /// queues, each reported as [`Delivery::Dropped`]; answers to its

@@ -4,9 +4,12 @@
 //! on a simulated clock in `leader::tests`.
 
 use super::*;
+use crate::leader::Request;
+use crate::locks::GrantKind;
 use crate::replication::Standalone;
 use std::time::Duration;
-use ticketing_proto::ServerFrame;
+use ticketing_proto::{RequestId, ServerFrame};
+use tokio::time::Instant;
 
 use crate::test_fields::{k, o};
 
@@ -19,15 +22,16 @@ async fn setup(limits: Limits) -> (ManagerHandle, mpsc::Receiver<Delivery>) {
 }
 
 async fn acquire(h: &ManagerHandle, id: u64, key: &str, owner: &str, wait: u8, lease: u8) {
-    let req = ManagerRequest::Acquire {
-        conn: ConnId(1),
+    let request = Request::Acquire {
         id: RequestId(id),
         key: k(key),
+        kind: GrantKind::Exclusive,
         owner: o(owner),
         wait,
         lease,
-        read_at: Instant::now(),
+        read_at: Instant::now().into_std(),
     };
+    let req = ManagerRequest::Request { conn: ConnId(1), request };
     h.send(req).await.unwrap();
 }
 
@@ -44,12 +48,20 @@ async fn answers_reach_the_connection_and_the_gauges_follow() {
     acquire(&h, 1, "a", "o1", 0, 5).await;
     let ServerFrame::Granted { token: t1, .. } = next(&mut rx).await else { panic!() };
     acquire(&h, 2, "a", "o2", 10, 5).await;
-    h.send(ManagerRequest::Holds { conn: ConnId(1), id: RequestId(3), key: k("a"), owner: o("o1") }).await.unwrap();
+    h.send(ManagerRequest::Request {
+        conn: ConnId(1),
+        request: Request::Holds { id: RequestId(3), key: k("a"), owner: o("o1") },
+    })
+    .await
+    .unwrap();
     assert!(matches!(next(&mut rx).await, ServerFrame::Held { id: RequestId(3), token, .. } if token == t1));
     assert_eq!((h.metrics().held_keys.get(), h.metrics().waiters.get()), (1, 1));
-    h.send(ManagerRequest::Release { conn: ConnId(1), id: RequestId(4), key: k("a"), owner: o("o1"), token: t1 })
-        .await
-        .unwrap();
+    h.send(ManagerRequest::Request {
+        conn: ConnId(1),
+        request: Request::Release { id: RequestId(4), key: k("a"), owner: o("o1"), token: t1 },
+    })
+    .await
+    .unwrap();
     assert_eq!(next(&mut rx).await, ServerFrame::Released { id: RequestId(4), key: k("a") });
     assert!(matches!(next(&mut rx).await, ServerFrame::Granted { id: RequestId(2), .. }));
     let info = h.lock_info(k("a")).await.unwrap();
@@ -80,21 +92,25 @@ async fn closed_connection_leaves_queue() {
     h.send(ManagerRequest::Register { conn: ConnId(2), tx: tx2, client: "127.0.0.1:50002".into() }).await.unwrap();
     acquire(&h, 1, "a", "o1", 0, 5).await;
     let ServerFrame::Granted { token, .. } = next(&mut rx).await else { panic!() };
-    let req = ManagerRequest::Acquire {
-        conn: ConnId(2),
+    let request = Request::Acquire {
         id: RequestId(1),
         key: k("a"),
+        kind: GrantKind::Exclusive,
         owner: o("dead"),
         wait: 10,
         lease: 5,
-        read_at: Instant::now(),
+        read_at: Instant::now().into_std(),
     };
+    let req = ManagerRequest::Request { conn: ConnId(2), request };
     h.send(req).await.unwrap();
     h.send(ManagerRequest::Disconnected { conn: ConnId(2) }).await.unwrap();
     assert!(h.lock_info(k("a")).await.unwrap().waiters.is_empty());
-    h.send(ManagerRequest::Release { conn: ConnId(1), id: RequestId(2), key: k("a"), owner: o("o1"), token })
-        .await
-        .unwrap();
+    h.send(ManagerRequest::Request {
+        conn: ConnId(1),
+        request: Request::Release { id: RequestId(2), key: k("a"), owner: o("o1"), token },
+    })
+    .await
+    .unwrap();
     assert_eq!(next(&mut rx).await, ServerFrame::Released { id: RequestId(2), key: k("a") });
     assert!(h.lock_info(k("a")).await.unwrap().holder.is_none());
     assert!(rx2.try_recv().is_err());
@@ -144,7 +160,7 @@ impl Gated {
 impl crate::replication::Replicator for Gated {
     fn propose(&self, cmds: Vec<crate::locks::Command>) -> crate::replication::Proposal {
         let (tx, rx) = oneshot::channel();
-        let keys = cmds.iter().filter_map(|c| c.key().cloned()).collect();
+        let keys = cmds.iter().filter_map(|c| c.keys().first().copied().cloned()).collect();
         self.batches.lock().unwrap().push((keys, Some(tx)));
         let state = self.state.clone();
         crate::replication::Proposal::Pending(Box::pin(async move {

@@ -5,7 +5,7 @@ use super::*;
 use tokio::io::{duplex, split, BufReader};
 
 use crate::cluster::types::Batch;
-use crate::locks::{Command, FreeReason, NextHolder};
+use crate::locks::{Command, FreeReason};
 use openraft::error::Fatal;
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, Membership, SnapshotMeta, StoredMembership, Vote};
 use openraft::{StorageError, StorageIOError};
@@ -37,7 +37,7 @@ fn entries() -> Vec<Entry<TypeConfig>> {
             key: key(),
             owner: owner(),
             token: Token::new(9).unwrap(),
-            next: Some(NextHolder { owner: Owner::new("w8").unwrap(), lease_s: 1 }),
+            next: vec![crate::locks::NextHolder::exclusive(Owner::new("w8").unwrap(), 1)],
             micros: 1,
             dt: 6,
         },
@@ -46,7 +46,7 @@ fn entries() -> Vec<Entry<TypeConfig>> {
             key: key(),
             owner: owner(),
             token: Token::new(10).unwrap(),
-            next: None,
+            next: vec![],
             micros: 2,
             dt: 7,
         },
