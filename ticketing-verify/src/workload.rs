@@ -285,3 +285,56 @@ fn hold(
     rec.record(&Event::Write { client: a.id, key, token, issued, done, result, keys: keys.to_vec(), slot })?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_are_refused() {
+        for w in Workload::ALL {
+            assert_eq!(Workload::parse(w.name()), Some(w));
+        }
+        assert_eq!(Workload::parse("combined"), None);
+        assert_eq!(Workload::parse(""), None);
+    }
+
+    #[test]
+    fn each_workload_asks_for_what_it_says() {
+        let keys: Vec<String> = (0..3).map(|k| format!("verify-key-{k}")).collect();
+        let all = run_keys(&keys);
+        let mut rng = Rng::new(7);
+        let (mut writers, mut readers, mut sizes, mut firsts) = (0, 0, BTreeSet::new(), BTreeSet::new());
+        for _ in 0..2000 {
+            match pick(Workload::Exclusive, &keys, &mut rng) {
+                Op::Exclusive(k) => assert!(keys.contains(&k)),
+                op => panic!("exclusive asked {op:?}"),
+            }
+            assert_eq!(pick(Workload::Semaphore, &keys, &mut rng), Op::Counted(SEM_KEY.into(), SEM_N));
+            match pick(Workload::ReadWrite, &keys, &mut rng) {
+                Op::Exclusive(k) if k == RW_KEY => writers += 1,
+                Op::Counted(k, n) if k == RW_KEY && n == 65535 => readers += 1,
+                op => panic!("rw asked {op:?}"),
+            }
+            match pick(Workload::Baskets, &keys, &mut rng) {
+                Op::All(ks) => {
+                    let distinct: BTreeSet<&String> = ks.iter().collect();
+                    assert_eq!(distinct.len(), ks.len(), "{ks:?}");
+                    assert!(ks.iter().all(|k| keys.contains(k)), "{ks:?}");
+                    sizes.insert(ks.len());
+                    firsts.insert(ks[0].clone());
+                }
+                op => panic!("baskets asked {op:?}"),
+            }
+            if let Op::All(ks) = pick(Workload::Mixed, &keys, &mut rng) {
+                assert!(ks.len() >= 2 && ks.iter().all(|k| all.contains(k)), "{ks:?}");
+            }
+        }
+        // About one writer in four; baskets of 2 and 3 keys in every order.
+        assert!((400..600).contains(&writers), "{writers} writers, {readers} readers");
+        assert_eq!(sizes, BTreeSet::from([2, 3]));
+        assert_eq!(firsts.len(), 3);
+    }
+}
