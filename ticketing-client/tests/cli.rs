@@ -322,3 +322,86 @@ async fn locks_prints_holder_and_waiters_following_a_follower_to_the_leader() {
     assert!(r.stderr.contains("not the leader"), "{}", r.stderr);
     assert_eq!(ticketing(&["locks", "k"], &[]).await.code, Some(64), "--admin is required");
 }
+
+/// S → G (slot 1), K → A, R → R.
+fn granting_grants(token: u64) -> Behavior {
+    Behavior::script(move |r| match r.op() {
+        "S" => vec![grant_shared(r, token, 0, 1)],
+        "K" => vec![grant_all(r, token, 0)],
+        "A" => vec![grant(r, token, 0)],
+        _ => vec![line(format!("R {} {}", r.id(), r.key()))],
+    })
+}
+
+const ENV_SCRIPT: &str =
+    r#"printf '%s|%s|%s|%s' "$TICKETING_TOKEN" "$TICKETING_KEY" "$TICKETING_KEYS" "${TICKETING_SLOT-unset}" > "$0""#;
+
+#[tokio::test]
+async fn shared_n_holds_a_counted_grant_and_passes_its_slot() {
+    let fake = Fake::start(granting_grants(51)).await;
+    let out = scratch("shared");
+    let args = ["--addr", &fake.addr, "lock", "pool", "--shared", "3", "--wait", "2", "--lease", "30", "--"];
+    let mut argv: Vec<&str> = args.to_vec();
+    argv.extend(["sh", "-c", ENV_SCRIPT, out.to_str().unwrap()]);
+    let r = ticketing(&argv, &[("TICKETING_SLOT", "inherited")]).await;
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "51|pool|pool|1");
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 2, "{reqs:?}");
+    assert_eq!((reqs[0].op(), reqs[0].key(), reqs[0].f[6].as_str()), ("S", "pool", "3"));
+    assert_eq!((reqs[1].op(), reqs[1].key(), reqs[1].f[4].as_str()), ("R", "pool", "51"));
+    let _ = std::fs::remove_file(out);
+}
+
+#[tokio::test]
+async fn all_holds_every_key_with_one_token_and_releases_each() {
+    let fake = Fake::start(granting_grants(52)).await;
+    let out = scratch("all");
+    let args = ["--addr", &fake.addr, "lock", "--all", "b", "a", "--wait", "2", "--lease", "30", "--"];
+    let mut argv: Vec<&str> = args.to_vec();
+    argv.extend(["sh", "-c", ENV_SCRIPT, out.to_str().unwrap()]);
+    let r = ticketing(&argv, &[("TICKETING_SLOT", "inherited")]).await;
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "52|b|b a|unset", "no slot for an exclusive grant");
+    let reqs = fake.requests();
+    assert_eq!(reqs[0].f[0], "K");
+    assert_eq!(reqs[0].keys(), ["b", "a"]);
+    let mut rel: Vec<(&str, &str)> =
+        reqs[1..].iter().filter(|r| r.op() == "R").map(|r| (r.key(), r.f[4].as_str())).collect();
+    rel.sort();
+    assert_eq!(rel, [("a", "52"), ("b", "52")], "one R per key");
+    let _ = std::fs::remove_file(out);
+}
+
+#[tokio::test]
+async fn bad_shared_and_key_lists_are_exit_64_and_send_nothing() {
+    let fake = Fake::start(granting_grants(53)).await;
+    let marker = scratch("bad-grants");
+    let m = marker.to_str().unwrap();
+    let cases: [&[&str]; 6] = [
+        &["lock", "k", "--shared", "0"],
+        &["lock", "k", "--shared", "65536"],
+        &["lock", "a", "b"],                  // several keys need --all
+        &["lock", "a", "b", "--shared", "2"], // --shared takes one key
+        &["lock", "--all", "a"],              // --all takes 2-16 keys
+        &["lock", "--all", "a", "a"],         // a key twice
+    ];
+    for case in cases {
+        let mut argv = vec!["--addr", fake.addr.as_str()];
+        argv.extend_from_slice(case);
+        argv.extend(["--wait", "1", "--lease", "5", "--", "touch", m]);
+        let r = ticketing(&argv, &[]).await;
+        assert_eq!(r.code, Some(64), "{case:?}: {}", r.stderr);
+        assert!(!marker.exists(), "{case:?}: CMD must not run");
+    }
+    let r = ticketing(
+        &[
+            "--addr", &fake.addr, "lock", "--all", "a", "b", "--shared", "2", "--wait", "1", "--lease", "5", "--",
+            "true",
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(r.code, Some(64), "--shared and --all exclude each other: {}", r.stderr);
+    assert!(fake.requests().is_empty(), "nothing was sent: {:?}", fake.requests());
+}

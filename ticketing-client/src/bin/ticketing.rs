@@ -1,7 +1,8 @@
 //! `ticketing`: run a command while holding a Ticketing lock, or check a server.
 //!
 //! ```text
-//! ticketing [--addr HOST:PORT]... [--token-file F] [--tls MODE] [--tls-client-cert F --tls-client-key F] lock KEY --wait S --lease S [--budget S] -- CMD ARGS...
+//! ticketing [--addr HOST:PORT]... [--token-file F] [--tls MODE] [--tls-client-cert F --tls-client-key F] lock KEY [--shared N] --wait S --lease S [--budget S] -- CMD ARGS...
+//! ticketing [--addr HOST:PORT]... [--token-file F] [--tls MODE] [--tls-client-cert F --tls-client-key F] lock --all KEY KEY... --wait S --lease S [--budget S] -- CMD ARGS...
 //! ticketing [--addr HOST:PORT]... [--token-file F] [--tls MODE] [--tls-client-cert F --tls-client-key F] ping [--timeout S]
 //! ticketing locks KEY --admin HOST:PORT
 //! ```
@@ -76,9 +77,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Acquire KEY, run CMD with TICKETING_TOKEN, TICKETING_KEY and
-    /// TICKETING_DEADLINE_MS in its environment, release, exit with CMD's status.
-    /// CMD gets SIGTERM when the lock's conservative deadline passes (exit 79).
+    /// Acquire KEY (one of N counted holders with --shared N; every KEY at
+    /// once with --all), run CMD with TICKETING_TOKEN, TICKETING_KEY,
+    /// TICKETING_KEYS, TICKETING_SLOT and TICKETING_DEADLINE_MS in its
+    /// environment, release, exit with CMD's status. CMD gets SIGTERM when
+    /// the lock's conservative deadline passes (exit 79).
     Lock(LockArgs),
     /// Connect, wait until a request could be routed, report the leader and the time it took.
     Ping(PingArgs),
@@ -98,8 +101,15 @@ struct LocksArgs {
 
 #[derive(Debug, Args)]
 struct LockArgs {
-    /// The lock's key (1-250 visible ASCII bytes, no space).
-    key: String,
+    /// The lock's key (1-250 visible ASCII bytes, no space); 2-16 keys with --all.
+    #[arg(required = true, num_args = 1.., value_name = "KEY")]
+    keys: Vec<String>,
+    /// Hold KEY as one of at most N counted holders (1-65535): a semaphore of N permits.
+    #[arg(long, value_name = "N", conflicts_with = "all", allow_negative_numbers = true)]
+    shared: Option<i64>,
+    /// Hold every KEY at once (2-16 keys), with one token.
+    #[arg(long)]
+    all: bool,
     /// Seconds to wait in the server's queue (0-255; 0 = one immediate attempt). Fractions round up.
     #[arg(long, value_name = "SECS")]
     wait: f64,
@@ -230,14 +240,22 @@ async fn lock(broker: &TicketBroker, args: LockArgs) -> u8 {
         Ok(k) => k,
         Err(c) => return c,
     };
-    let ticket = match broker.acquire_secs(&args.key, args.wait, args.lease, args.budget).await {
+    let label = args.keys.join(" ");
+    let acquired = match (args.keys.as_slice(), args.shared, args.all) {
+        (keys, _, true) => broker.acquire_all_secs(keys, args.wait, args.lease, args.budget).await,
+        ([key], Some(n), false) => broker.acquire_shared_secs(key, n, args.wait, args.lease, args.budget).await,
+        ([key], None, false) => broker.acquire_secs(key, args.wait, args.lease, args.budget).await,
+        (_, Some(_), false) => return usage("--shared takes one KEY"),
+        (_, None, false) => return usage("several KEYs are held together only with --all"),
+    };
+    let ticket = match acquired {
         Ok(Some(t)) => t,
         Ok(None) => {
-            eprintln!("ticketing: lock {}: not granted within --wait {} s", args.key, args.wait);
+            eprintln!("ticketing: lock {label}: not granted within --wait {} s", args.wait);
             return code::TIMEOUT;
         }
         Err(e) => {
-            let c = acquire_failure(&args.key, &e);
+            let c = acquire_failure(&label, &e);
             if e == Error::Unavailable {
                 if let Some(last) = broker.status().await.and_then(|s| s.last_error) {
                     eprintln!("ticketing: last connection error: {last}");
@@ -249,11 +267,10 @@ async fn lock(broker: &TicketBroker, args: LockArgs) -> u8 {
     let status = run_locked(&ticket, &args.command, kill_after).await;
     match ticket.release().await {
         Ok(true) => {}
-        Ok(false) => eprintln!(
-            "ticketing: lock {}: the server no longer counted the lock as ours at release (expired)",
-            args.key
-        ),
-        Err(e) => eprintln!("ticketing: lock {}: {e}; the lock returns at lease end", args.key),
+        Ok(false) => {
+            eprintln!("ticketing: lock {label}: the server no longer counted the lock as ours at release (expired)")
+        }
+        Err(e) => eprintln!("ticketing: lock {label}: {e}; the lock returns at lease end"),
     }
     status
 }
@@ -285,12 +302,17 @@ async fn run_locked(ticket: &Ticket, command: &[String], kill_after: Option<Dura
 /// Starts CMD with the ticket in its environment; the exit code on failure.
 fn spawn_locked(ticket: &Ticket, program: &str, rest: &[String]) -> Result<(tokio::process::Child, Pid), u8> {
     let deadline_ms = ticket.remaining().as_millis().min(u128::from(u64::MAX));
-    let spawned = tokio::process::Command::new(program)
-        .args(rest)
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(rest)
         .env("TICKETING_TOKEN", ticket.token().to_string())
         .env("TICKETING_KEY", ticket.key())
-        .env("TICKETING_DEADLINE_MS", deadline_ms.to_string())
-        .spawn();
+        .env("TICKETING_KEYS", ticket.keys().join(" "))
+        .env("TICKETING_DEADLINE_MS", deadline_ms.to_string());
+    match ticket.slot() {
+        Some(slot) => cmd.env("TICKETING_SLOT", slot.to_string()),
+        None => cmd.env_remove("TICKETING_SLOT"),
+    };
+    let spawned = cmd.spawn();
     let child = match spawned {
         Ok(c) => c,
         Err(e) => {

@@ -43,7 +43,19 @@ impl Req {
         &self.f[2]
     }
     pub fn owner(&self) -> &str {
-        &self.f[3]
+        if self.op() == "K" {
+            &self.f[2]
+        } else {
+            &self.f[3]
+        }
+    }
+    /// The keys of a `K` (fields 5…), or the one key of any other request.
+    pub fn keys(&self) -> Vec<&str> {
+        if self.op() == "K" {
+            self.f[5..].iter().map(String::as_str).collect()
+        } else {
+            vec![self.key()]
+        }
     }
 }
 
@@ -68,7 +80,7 @@ pub struct Behavior {
     /// Connections from this index on (0-based) are accepted but never
     /// greeted: a hung handshake. `Some(0)`: a silent server.
     pub silent_from: Option<usize>,
-    /// The answer to each request line (`A`/`R`).
+    /// The answer to each request line (`A`/`S`/`K`/`R`/`Q`).
     pub script: Box<Script>,
 }
 
@@ -124,6 +136,16 @@ pub fn grant(r: &Req, token: u64, waited_ms: u32) -> Step {
     Step::Send(format!("A {} {} {} {token} {waited_ms}", r.id(), r.key(), r.owner()))
 }
 
+/// `G` for an `S`.
+pub fn grant_shared(r: &Req, token: u64, waited_ms: u32, slot: u16) -> Step {
+    Step::Send(format!("G {} {} {} {token} {waited_ms} {slot}", r.id(), r.key(), r.owner()))
+}
+
+/// `A` for a `K`: echoes its FIRST key.
+pub fn grant_all(r: &Req, token: u64, waited_ms: u32) -> Step {
+    Step::Send(format!("A {} {} {} {token} {waited_ms}", r.id(), r.keys()[0], r.owner()))
+}
+
 pub fn line(s: impl Into<String>) -> Step {
     Step::Send(s.into())
 }
@@ -177,14 +199,26 @@ impl Fake {
         Fake { addr, rec, task }
     }
 
-    /// Request lines (A and R) in arrival order.
+    /// Request lines (A, S, K and R) in arrival order.
     pub fn requests(&self) -> Vec<Req> {
         self.rec
             .lock()
             .unwrap()
             .lines
             .iter()
-            .filter(|(_, l)| l.starts_with("A ") || l.starts_with("R "))
+            .filter(|(_, l)| ["A ", "S ", "K ", "R "].iter().any(|p| l.starts_with(p)))
+            .map(|(c, l)| Req { conn: *c, f: l.split(' ').map(str::to_owned).collect() })
+            .collect()
+    }
+
+    /// Every request line of kind `op` (e.g. `Q`), in arrival order.
+    pub fn lines_of(&self, op: &str) -> Vec<Req> {
+        self.rec
+            .lock()
+            .unwrap()
+            .lines
+            .iter()
+            .filter(|(_, l)| l.split(' ').next() == Some(op))
             .map(|(c, l)| Req { conn: *c, f: l.split(' ').map(str::to_owned).collect() })
             .collect()
     }
