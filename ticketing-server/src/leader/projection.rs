@@ -86,6 +86,17 @@ pub enum Grant {
         /// A counted holder's slot.
         slot: Option<u16>,
     },
+    /// Its release or expiry is being committed: no longer a holder the
+    /// key's waiters wait for, nor one a new request conflicts with. It
+    /// counts toward `--max-held-keys` until the command commits unless
+    /// the command hands the key over (`counted: false`: the next holder
+    /// takes its place), so a failure that puts it back never exceeds the cap.
+    Freeing {
+        /// Its fencing token.
+        token: Token,
+        /// Still counted as held.
+        counted: bool,
+    },
 }
 
 impl Holding {
@@ -112,25 +123,35 @@ impl Holding {
         Holding::until(owner, token, granted_dt, slot, now + Duration::from_secs(u64::from(lease)))
     }
 
-    /// Whether this is the committed grant `(owner, token)`.
+    /// Whether this is the committed grant `(owner, token)` (not one being freed).
     pub fn is(&self, owner: &Owner, token: Token) -> bool {
-        self.owner == *owner && self.token() == Some(token)
+        self.owner == *owner && matches!(self.grant, Grant::Committed { token: t, .. } if t == token)
     }
 
-    /// The token, once committed.
+    /// The token, once committed (also while being freed).
     pub fn token(&self) -> Option<Token> {
         match self.grant {
-            Grant::Committed { token, .. } => Some(token),
+            Grant::Committed { token, .. } | Grant::Freeing { token, .. } => Some(token),
             Grant::Committing => None,
         }
     }
 
-    /// The lease end, once committed.
+    /// The lease end, once committed (none while being freed).
     pub fn deadline(&self) -> Option<Instant> {
         match self.grant {
             Grant::Committed { deadline, .. } => Some(deadline),
-            Grant::Committing => None,
+            Grant::Committing | Grant::Freeing { .. } => None,
         }
+    }
+
+    /// A holder waiters and requests must reckon with (not one being freed).
+    pub fn holds(&self) -> bool {
+        !matches!(self.grant, Grant::Freeing { .. })
+    }
+
+    /// Counts toward `--max-held-keys`.
+    fn counts(&self) -> bool {
+        !matches!(self.grant, Grant::Freeing { counted: false, .. })
     }
 }
 
@@ -247,9 +268,14 @@ impl Projection {
         self.keys.get(key).map_or(0, KeyState::live)
     }
 
-    /// The projected holders of `key` (empty: free).
+    /// The projected holders of `key`, those being freed included.
     pub fn holders(&self, key: &Key) -> &[Holding] {
         self.keys.get(key).map_or(&[], |ks| &ks.holders)
+    }
+
+    /// Whether `key` has no holder (one being freed does not count).
+    pub fn is_free(&self, key: &Key) -> bool {
+        !self.holders(key).iter().any(Holding::holds)
     }
 
     /// Whether a request of `kind` is compatible with the projected holders
@@ -257,10 +283,17 @@ impl Projection {
     /// multi-key requests only on a free key; a counted one when every
     /// holder is counted and fewer than `n` hold.
     pub fn compatible(&self, key: &Key, kind: &GrantKind) -> bool {
-        let holders = self.holders(key);
+        let mut holders = self.holders(key).iter().filter(|h| h.holds());
         match kind {
-            GrantKind::Exclusive | GrantKind::All { .. } => holders.is_empty(),
-            GrantKind::Shared { n } => holders.len() < usize::from(*n) && holders.iter().all(|h| h.shared),
+            GrantKind::Exclusive | GrantKind::All { .. } => holders.next().is_none(),
+            GrantKind::Shared { n } => {
+                let (mut count, mut shared) = (0, true);
+                for h in holders {
+                    count += 1;
+                    shared &= h.shared;
+                }
+                shared && count < usize::from(*n)
+            }
         }
     }
 
@@ -304,9 +337,9 @@ impl Projection {
     /// earliest lease end of its committed holders, or disarmed when none.
     fn update_holders(&mut self, key: &Key, f: impl FnOnce(&mut Vec<Holding>)) {
         let ks = self.keys.entry(key.clone()).or_default();
-        let before = ks.holders.len();
+        let before = ks.holders.iter().filter(|h| h.counts()).count();
         f(&mut ks.holders);
-        let after = ks.holders.len();
+        let after = ks.holders.iter().filter(|h| h.counts()).count();
         self.held = self.held + after - before;
         match ks.holders.iter().filter_map(Holding::deadline).min() {
             Some(at) => self.timers.set(TimerKind::Lease(key.clone()), at),
@@ -334,9 +367,21 @@ impl Projection {
         });
     }
 
-    /// Removes the committed grant `(owner, token)` of `key`, if there.
+    /// Removes the grant `(owner, token)` of `key` (committed or being
+    /// freed), if there.
     pub fn remove_holder(&mut self, key: &Key, owner: &Owner, token: Token) {
-        self.update_holders(key, |hs| hs.retain(|h| !h.is(owner, token)));
+        self.update_holders(key, |hs| hs.retain(|h| !(h.owner == *owner && h.token() == Some(token))));
+    }
+
+    /// Marks the committed grant `(owner, token)` of `key` as being freed
+    /// (its release or expiry is proposed); `counted`: whether it still
+    /// counts toward `--max-held-keys` (see [`Grant::Freeing`]).
+    pub fn mark_freeing(&mut self, key: &Key, owner: &Owner, token: Token, counted: bool) {
+        self.update_holders(key, |hs| {
+            for h in hs.iter_mut().filter(|h| h.owner == *owner && h.token() == Some(token)) {
+                h.grant = Grant::Freeing { token, counted };
+            }
+        });
     }
 
     /// Removes the grant of `owner` being committed on `key`, if there.
@@ -521,7 +566,7 @@ impl Projection {
                     granted_dt,
                     slot,
                 }),
-                Grant::Committing => None,
+                Grant::Committing | Grant::Freeing { .. } => None,
             })
             .collect();
         holders.sort_by_key(|h| h.slot);
@@ -557,15 +602,17 @@ impl Projection {
     /// Checks every counter against a recount, and every timer against what
     /// it belongs to (tests; also the fuzz target, through [`super::Leader::check`]).
     pub fn check(&self) {
-        assert_eq!(self.held, self.keys.values().map(|k| k.holders.len()).sum::<usize>(), "held");
+        let counted = |k: &KeyState| k.holders.iter().filter(|h| h.counts()).count();
+        assert_eq!(self.held, self.keys.values().map(counted).sum::<usize>(), "held");
         let per_key: usize = self.waiters.values().map(|w| w.keys().len()).sum();
         assert_eq!(self.total_waiters, per_key, "total_waiters");
         assert_eq!(self.total_waiters, self.keys.values().map(KeyState::live).sum::<usize>(), "live");
         assert_eq!(self.waiters.len(), self.by_conn.values().map(HashSet::len).sum::<usize>(), "by_conn");
         for (key, ks) in &self.keys {
             assert_eq!(self.contention.waiters(key), ks.live(), "contention of {key:?}");
-            let exclusive = ks.holders.iter().filter(|h| !h.shared).count();
-            assert!(exclusive == 0 || ks.holders.len() == 1, "an exclusive holder of {key} beside another");
+            let holding: Vec<_> = ks.holders.iter().filter(|h| h.holds()).collect();
+            let exclusive = holding.iter().filter(|h| !h.shared).count();
+            assert!(exclusive == 0 || holding.len() == 1, "an exclusive holder of {key} beside another");
         }
         assert_eq!(self.contention.keys(), self.keys.values().filter(|ks| ks.live() > 0).count(), "contended keys");
         for (key, ks) in &self.keys {

@@ -431,11 +431,14 @@ fn the_start_grace_queues_everything_and_grants_in_fifo_order_at_its_end() {
 
 #[derive(Debug, Clone)]
 enum Op {
+    /// `kind` 0–3: exclusive (`A`); 4–6: counted with n = kind − 3 (`S`);
+    /// 7: the key and the next one (`K`).
     Acquire {
         conn: u8,
         key: u8,
         wait: u8,
         lease: u8,
+        kind: u8,
     },
     /// Release the `pick`-th grant ever delivered on `key` (so current and stale ones), or a made-up one.
     Release {
@@ -471,7 +474,8 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => (0..3u8, 0..3u8, 0..4u8, 1..4u8).prop_map(|(conn, key, wait, lease)| Op::Acquire { conn, key, wait, lease }),
+        6 => (0..3u8, 0..3u8, 0..4u8, 1..4u8, 0..8u8)
+            .prop_map(|(conn, key, wait, lease, kind)| Op::Acquire { conn, key, wait, lease, kind }),
         3 => (0..3u8, 0..3u8, any::<u8>()).prop_map(|(conn, key, pick)| Op::Release { conn, key, pick }),
         1 => (0..3u8, 0..3u8).prop_map(|(conn, key)| Op::Query { conn, key }),
         6 => Just(Op::Commit),
@@ -490,14 +494,18 @@ struct Sent {
     acquire: bool,
     epoch: u64,
     answers: usize,
+    /// An acquire's kind (its keys for a multi-key one).
+    kind: GrantKind,
 }
 
-/// A delivered grant.
+/// A delivered grant (of one key).
 #[derive(Debug, Clone)]
 struct Given {
     req: (ConnId, RequestId),
     owner: Owner,
     token: Token,
+    /// A counted grant's slot and its request's n.
+    counted: Option<(u16, u16)>,
     /// When its acquire was sent.
     at: Instant,
     lease: Duration,
@@ -560,13 +568,17 @@ impl Model {
         let id = RequestId(self.next_req);
         let req = r(id);
         let acquire = matches!(req, Request::Acquire { .. });
+        let kind = match &req {
+            Request::Acquire { kind, .. } => kind.clone(),
+            _ => GrantKind::Exclusive,
+        };
         if let Request::Acquire { lease, read_at, .. } = &req {
             self.leases.insert((conn, id), (*lease, *read_at));
         }
         if let Request::Release { token, .. } = &req {
             self.releases.insert((conn, id), (key.clone(), *token));
         }
-        self.sent.insert((conn, id), Sent { key, acquire, epoch: self.epoch, answers: 0 });
+        self.sent.insert((conn, id), Sent { key, acquire, epoch: self.epoch, answers: 0, kind });
         self.sim.leader.handle_request(self.sim.now, conn, req);
         self.sim.drain();
     }
@@ -583,13 +595,18 @@ impl Model {
 
     fn apply(&mut self, op: &Op) {
         match *op {
-            Op::Acquire { conn, key, wait, lease } => {
+            Op::Acquire { conn, key, wait, lease, kind } => {
                 let now = self.sim.now;
                 let owner = o(&format!("owner-{conn}-{}", self.next_req + 1));
+                let kind = match kind {
+                    0..=3 => GrantKind::Exclusive,
+                    4..=6 => GrantKind::Shared { n: u16::from(kind - 3) },
+                    _ => GrantKind::All { keys: vec![Model::key(key), Model::key((key + 1) % 3)] },
+                };
                 self.send(conn, Model::key(key), |id| Request::Acquire {
                     id,
                     key: Model::key(key),
-                    kind: GrantKind::Exclusive,
+                    kind,
                     owner,
                     wait,
                     lease,
@@ -695,42 +712,67 @@ impl Model {
         sent.answers += 1;
         assert_eq!(sent.answers, 1, "request {id} on {conn} answered twice: {frame:?}");
         let (key, acquire, epoch) = (sent.key.clone(), sent.acquire, sent.epoch);
-        match frame {
-            ServerFrame::Granted { key: gk, token, owner, .. } => {
-                assert!(acquire && *gk == key);
-                assert!(token.get() > self.last_token, "tokens strictly increase");
-                self.last_token = token.get();
+        let kind = self.sent[&(conn, id)].kind.clone();
+        let granted = match frame {
+            ServerFrame::Granted { key: gk, token, owner, .. } => Some((gk, token, owner, None)),
+            ServerFrame::GrantedShared { key: gk, token, owner, slot, .. } => Some((gk, token, owner, Some(*slot))),
+            _ => None,
+        };
+        if let Some((gk, token, owner, slot)) = granted {
+            assert!(acquire && *gk == key);
+            assert!(token.get() > self.last_token, "tokens strictly increase (one per grant)");
+            self.last_token = token.get();
+            let (keys, counted) = match &kind {
+                GrantKind::Exclusive => (vec![key.clone()], None),
+                GrantKind::Shared { n } => {
+                    let slot = slot.expect("a counted grant is answered G");
+                    assert!(slot < *n, "slot {slot} of n = {n}");
+                    (vec![key.clone()], Some((slot, *n)))
+                }
+                GrantKind::All { keys } => (keys.clone(), None),
+            };
+            assert_eq!(slot.is_some(), counted.is_some(), "G answers S only");
+            let (lease, sent_at) = self.leases[&(conn, id)];
+            let lease = Duration::from_secs(u64::from(lease));
+            assert!(at >= sent_at);
+            for key in keys {
                 let grants = self.grants.entry(key.clone()).or_default();
-                // One holder per key: every earlier grant was released, or
-                // its holder's conservative deadline (its send time + lease) passed.
-                for g in grants.iter() {
-                    assert!(
-                        g.released || at >= g.at + g.lease,
-                        "{key} granted to {owner:?} while {:?} holds it",
-                        g.owner
-                    );
+                // The holders at `at`: every earlier grant not released
+                // whose holder's conservative deadline (its send time +
+                // lease) has not passed.
+                let live: Vec<&Given> = grants.iter().filter(|g| !g.released && at < g.at + g.lease).collect();
+                match counted {
+                    None => assert!(live.is_empty(), "{key} granted exclusively to {owner:?} while {:?} hold it", live),
+                    Some((slot, n)) => {
+                        assert!(live.iter().all(|g| g.counted.is_some()), "{key}: counted beside an exclusive holder");
+                        assert!(live.len() < usize::from(n), "{key}: more than n = {n} counted holders");
+                        assert!(live.iter().all(|g| g.counted.map(|c| c.0) != Some(slot)), "{key}: slot {slot} twice");
+                    }
                 }
                 // FIFO: no earlier-sent acquire of the same key and epoch is granted after a later one.
                 if let Some(prev) = grants.last() {
                     let prev_epoch = self.sent[&prev.req].epoch;
                     if prev_epoch == epoch {
-                        assert!(prev.req.1 < id, "FIFO: {id} granted after {}", prev.req.1);
+                        assert!(prev.req.1 < id, "FIFO: {id} granted after {} on {key}", prev.req.1);
                     }
                 }
-                let (lease, sent_at) = self.leases[&(conn, id)];
-                let lease = Duration::from_secs(u64::from(lease));
-                assert!(at >= sent_at);
-                let given =
-                    Given { req: (conn, id), owner: owner.clone(), token: *token, at: sent_at, lease, released: false };
+                let given = Given {
+                    req: (conn, id),
+                    owner: owner.clone(),
+                    token: *token,
+                    counted,
+                    at: sent_at,
+                    lease,
+                    released: false,
+                };
                 grants.push(given);
             }
-            ServerFrame::Released { key: rk, .. } => {
-                let (k2, token) = self.releases[&(conn, id)].clone();
-                assert_eq!(*rk, k2);
-                let g = self.grants.get(&k2).and_then(|gs| gs.iter().find(|g| g.token == token));
-                assert!(g.is_some_and(|g| g.released), "`R` only for a grant that was given and released");
-            }
-            _ => {}
+        }
+        if let ServerFrame::Released { key: rk, .. } = frame {
+            let (k2, token) = self.releases[&(conn, id)].clone();
+            assert_eq!(*rk, k2);
+            let g = self.grants.get(&k2).and_then(|gs| gs.iter().find(|g| g.token == token));
+            assert!(g.is_some_and(|g| g.released), "`R` only for a grant that was given and released");
         }
     }
 
@@ -756,8 +798,10 @@ impl Model {
         if self.serving {
             for n in 0..3 {
                 let key = Model::key(n);
-                let got = self.sim.leader.lock_info(self.sim.now, &key).holder.map(|h| h.token);
-                assert_eq!(got, self.sim.state.holder(&key).map(|h| h.token), "projection of {key}");
+                let got: Vec<_> =
+                    self.sim.leader.lock_info(self.sim.now, &key).holders.iter().map(|h| (h.token, h.slot)).collect();
+                let want: Vec<_> = self.sim.state.holders_of(&key).iter().map(|h| (h.token, h.slot)).collect();
+                assert_eq!(got, want, "projection of {key}");
             }
         }
         self.sim.leader.check();
