@@ -5,10 +5,11 @@
 //! 1. holders of a key that cannot hold it together, with overlapping
 //!    `[grant answer, conservative deadline]` windows (a window ends early
 //!    when its holder calls release): two owners (exclusive holders, `A` or a
-//!    key of a `K`), an exclusive holder beside a counted one, more counted
-//!    holders than the smallest `n` any of them asked for (every counted
-//!    holder's own `n` holds), two holders of one `(key, slot)`, a slot
-//!    outside `0..n`;
+//!    key of a `K`), an exclusive holder beside a counted one, a counted
+//!    grant given while `n` or more counted holders held the key (`n` of its
+//!    own request: requests with different `n` on one key are each granted
+//!    by their own, docs/protocol.md "A key's holders"), two holders of one
+//!    `(key, slot)`, a slot outside `0..n`;
 //! 2. a token not strictly above an earlier grant's on its key (in answer
 //!    order, for every pair of grants of which one is exclusive: two counted
 //!    grants of one commit may be answered in either order), a token decrease
@@ -234,12 +235,11 @@ fn holders_and_token_order(grants: &[Grant], r: &mut Report) {
                     }
                     let counted: Vec<&&Grant> = active.iter().filter(|h| h.n.is_some()).collect();
                     let holders = counted.len() + 1;
-                    let limit = counted.iter().filter_map(|h| h.n).chain([n]).min().unwrap_or(n);
-                    if holders > usize::from(limit) {
+                    if holders > usize::from(n) {
                         let tokens: Vec<String> =
                             counted.iter().map(|h| h.token.to_string()).chain([g.token.to_string()]).collect();
                         r.violations.push(format!(
-                            "more counted holders of {key} than n: {holders} at {ms} ms (tokens {}), the smallest n asked is {limit}; the last granted {}",
+                            "more counted holders of {key} than n: {holders} at {ms} ms (tokens {}), the last granted {} asked for n = {n}",
                             tokens.join(","),
                             g.what()
                         ));
