@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use ticketing_client::{TicketBroker, Tls};
 
@@ -31,7 +31,20 @@ fn duration(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Duration> {
     Duration::try_from_secs_f64(s).map_err(|e| PyValueError::new_err(format!("{name}: {e} (got {s})")))
 }
 
-/// The acquire arguments as the client's `acquire_secs` takes them.
+/// The durations of an acquire as the client's `*_secs` methods take them.
+struct Times {
+    wait: f64,
+    lease: f64,
+    budget: f64,
+}
+
+impl Times {
+    fn new(wait: &Bound<'_, PyAny>, lease: &Bound<'_, PyAny>, budget: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(Times { wait: secs("wait", wait)?, lease: secs("lease", lease)?, budget: secs("budget", budget)? })
+    }
+}
+
+/// The acquire arguments of one key as the client's `acquire_secs` takes them.
 struct AcquireArgs {
     key: String,
     wait: f64,
@@ -46,13 +59,31 @@ impl AcquireArgs {
         lease: &Bound<'_, PyAny>,
         budget: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
-        Ok(AcquireArgs {
-            key,
-            wait: secs("wait", wait)?,
-            lease: secs("lease", lease)?,
-            budget: secs("budget", budget)?,
-        })
+        let Times { wait, lease, budget } = Times::new(wait, lease, budget)?;
+        Ok(AcquireArgs { key, wait, lease, budget })
     }
+}
+
+/// A permit count as the client's `acquire_shared_secs` takes it: any
+/// Python int; one beyond 64 bits is a `ValueError` (out of range, as the
+/// client reports 0 or 65536), a non-int a `TypeError`.
+fn permits(value: &Bound<'_, PyAny>) -> PyResult<i64> {
+    value.extract::<i64>().map_err(|e| {
+        if e.is_instance_of::<PyOverflowError>(value.py()) {
+            PyValueError::new_err(format!("n must be 1-65535 permits (got {value})"))
+        } else {
+            e
+        }
+    })
+}
+
+/// The keys of a multi-key acquire: a list of str (the Python layer turns
+/// any iterable of str into one and refuses a bare str).
+fn key_list(value: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    if value.is_instance_of::<pyo3::types::PyString>() {
+        return Err(PyTypeError::new_err("keys must be a sequence of str, not one str"));
+    }
+    value.extract::<Vec<String>>()
 }
 
 fn ticket_or_none(py: Python<'_>, ticket: Option<ticketing_client::Ticket>) -> PyResult<Py<PyAny>> {
@@ -153,6 +184,155 @@ impl Broker {
         let inner = self.inner.clone();
         Ok(bridge::start(
             async move { inner.acquire_secs(&a.key, a.wait, a.lease, a.budget).await },
+            done,
+            ticket_or_none,
+        ))
+    }
+
+    /// Acquires one of ``n`` counted permits of ``key`` (a semaphore):
+    /// a Ticket whose ``slot`` is its permit index in ``0..n``, or None when
+    /// not granted within ``wait`` seconds. ``n`` is 1-65535; bad values
+    /// raise ValueError and nothing is sent.
+    fn acquire_shared(
+        &self,
+        py: Python<'_>,
+        key: String,
+        n: &Bound<'_, PyAny>,
+        wait: &Bound<'_, PyAny>,
+        lease: &Bound<'_, PyAny>,
+        budget: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Ticket>> {
+        let n = permits(n)?;
+        let a = AcquireArgs::new(key, wait, lease, budget)?;
+        let inner = self.inner.clone();
+        let got =
+            bridge::block_on(py, async move { inner.acquire_shared_secs(&a.key, n, a.wait, a.lease, a.budget).await })?;
+        Ok(got.map_err(to_pyerr)?.map(Ticket::new))
+    }
+
+    /// asyncio form of ``acquire_shared``; ``Pending.cancel()`` cancels it.
+    #[allow(clippy::too_many_arguments)]
+    fn acquire_shared_start(
+        &self,
+        key: String,
+        n: &Bound<'_, PyAny>,
+        wait: &Bound<'_, PyAny>,
+        lease: &Bound<'_, PyAny>,
+        budget: &Bound<'_, PyAny>,
+        done: Py<PyAny>,
+    ) -> PyResult<Pending> {
+        let n = permits(n)?;
+        let a = AcquireArgs::new(key, wait, lease, budget)?;
+        let inner = self.inner.clone();
+        Ok(bridge::start(
+            async move { inner.acquire_shared_secs(&a.key, n, a.wait, a.lease, a.budget).await },
+            done,
+            ticket_or_none,
+        ))
+    }
+
+    /// Acquires every key of ``keys`` (2-16 distinct keys) exclusively and
+    /// atomically: one Ticket with one token for all of them, or None when
+    /// not granted within ``wait`` seconds. Bad keys raise ValueError and
+    /// nothing is sent.
+    fn acquire_all(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        wait: &Bound<'_, PyAny>,
+        lease: &Bound<'_, PyAny>,
+        budget: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Ticket>> {
+        let keys = key_list(keys)?;
+        let a = Times::new(wait, lease, budget)?;
+        let inner = self.inner.clone();
+        let got = bridge::block_on(py, async move { inner.acquire_all_secs(&keys, a.wait, a.lease, a.budget).await })?;
+        Ok(got.map_err(to_pyerr)?.map(Ticket::new))
+    }
+
+    /// asyncio form of ``acquire_all``; ``Pending.cancel()`` cancels it.
+    fn acquire_all_start(
+        &self,
+        keys: &Bound<'_, PyAny>,
+        wait: &Bound<'_, PyAny>,
+        lease: &Bound<'_, PyAny>,
+        budget: &Bound<'_, PyAny>,
+        done: Py<PyAny>,
+    ) -> PyResult<Pending> {
+        let keys = key_list(keys)?;
+        let a = Times::new(wait, lease, budget)?;
+        let inner = self.inner.clone();
+        Ok(bridge::start(
+            async move { inner.acquire_all_secs(&keys, a.wait, a.lease, a.budget).await },
+            done,
+            ticket_or_none,
+        ))
+    }
+
+    /// Acquires the shared (read) side of the read/write lock ``key``: a
+    /// Ticket, or None when not granted within ``wait`` seconds. Readers
+    /// share the key; a writer (``write_lock``) excludes them.
+    fn read_lock(
+        &self,
+        py: Python<'_>,
+        key: String,
+        wait: &Bound<'_, PyAny>,
+        lease: &Bound<'_, PyAny>,
+        budget: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Ticket>> {
+        let a = AcquireArgs::new(key, wait, lease, budget)?;
+        let inner = self.inner.clone();
+        let got = bridge::block_on(py, async move { inner.read_lock_secs(&a.key, a.wait, a.lease, a.budget).await })?;
+        Ok(got.map_err(to_pyerr)?.map(Ticket::new))
+    }
+
+    /// asyncio form of ``read_lock``; ``Pending.cancel()`` cancels it.
+    fn read_lock_start(
+        &self,
+        key: String,
+        wait: &Bound<'_, PyAny>,
+        lease: &Bound<'_, PyAny>,
+        budget: &Bound<'_, PyAny>,
+        done: Py<PyAny>,
+    ) -> PyResult<Pending> {
+        let a = AcquireArgs::new(key, wait, lease, budget)?;
+        let inner = self.inner.clone();
+        Ok(bridge::start(
+            async move { inner.read_lock_secs(&a.key, a.wait, a.lease, a.budget).await },
+            done,
+            ticket_or_none,
+        ))
+    }
+
+    /// Acquires the exclusive (write) side of the read/write lock ``key``:
+    /// a Ticket, or None when not granted within ``wait`` seconds.
+    fn write_lock(
+        &self,
+        py: Python<'_>,
+        key: String,
+        wait: &Bound<'_, PyAny>,
+        lease: &Bound<'_, PyAny>,
+        budget: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Ticket>> {
+        let a = AcquireArgs::new(key, wait, lease, budget)?;
+        let inner = self.inner.clone();
+        let got = bridge::block_on(py, async move { inner.write_lock_secs(&a.key, a.wait, a.lease, a.budget).await })?;
+        Ok(got.map_err(to_pyerr)?.map(Ticket::new))
+    }
+
+    /// asyncio form of ``write_lock``; ``Pending.cancel()`` cancels it.
+    fn write_lock_start(
+        &self,
+        key: String,
+        wait: &Bound<'_, PyAny>,
+        lease: &Bound<'_, PyAny>,
+        budget: &Bound<'_, PyAny>,
+        done: Py<PyAny>,
+    ) -> PyResult<Pending> {
+        let a = AcquireArgs::new(key, wait, lease, budget)?;
+        let inner = self.inner.clone();
+        Ok(bridge::start(
+            async move { inner.write_lock_secs(&a.key, a.wait, a.lease, a.budget).await },
             done,
             ticket_or_none,
         ))

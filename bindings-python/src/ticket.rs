@@ -3,12 +3,14 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
 use crate::bridge::{self, Pending};
 use crate::error::to_pyerr;
 
-/// A granted lock on one key: the fencing ``token``, the ``key``, the time
-/// left of the conservative lease, and ``release()``.
+/// A granted lock: the fencing ``token``, the ``key`` (``keys`` for a
+/// multi-key grant), the ``slot`` of a counted grant, the time left of the
+/// conservative lease, and ``release()``.
 ///
 /// A ticket that is garbage-collected without ``release()`` is released
 /// best-effort in the background (the result is only logged); so is every
@@ -41,6 +43,23 @@ impl Ticket {
         self.inner.key()
     }
 
+    /// Every key this ticket holds, in the order they were asked for: one
+    /// for ``acquire`` and ``acquire_shared``, all of them for
+    /// ``acquire_all`` (``key`` is the first).
+    #[getter]
+    fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.keys())
+    }
+
+    /// The permit index of a counted grant (``acquire_shared``,
+    /// ``read_lock``): the lowest index in ``0..n`` no other holder of the
+    /// key had when it was granted, so a resource can be fenced per
+    /// (key, slot). None for an exclusive grant.
+    #[getter]
+    fn slot(&self) -> Option<u16> {
+        self.inner.slot()
+    }
+
     /// Seconds left until the conservative deadline of the lease (never
     /// negative). Work still running after it is no longer protected by the
     /// lock, only by the database fence.
@@ -54,9 +73,10 @@ impl Ticket {
         self.inner.is_expired()
     }
 
-    /// Releases exactly this grant. Returns ``True`` when released,
-    /// ``False`` when this ticket no longer held the lock (expired, or
-    /// released before). Raises ``ReleaseUnconfirmedError`` without a final
+    /// Releases exactly this grant (every key of a multi-key grant).
+    /// Returns ``True`` when released, ``False`` when this ticket no longer
+    /// held the lock (expired, or released before; for several keys: any
+    /// of them). Raises ``ReleaseUnconfirmedError`` without a final
     /// answer within 5 s. A second call returns the first definite result.
     /// Blocks with the GIL released.
     fn release(&self, py: Python<'_>) -> PyResult<bool> {
@@ -74,9 +94,14 @@ impl Ticket {
     }
 
     fn __repr__(&self) -> String {
+        let keys = self.inner.keys();
+        let what = match keys {
+            [one] => format!("key={one:?}"),
+            many => format!("keys={many:?}"),
+        };
+        let slot = self.inner.slot().map(|s| format!(", slot={s}")).unwrap_or_default();
         format!(
-            "Ticket(key={:?}, token={}, remaining={:.3})",
-            self.inner.key(),
+            "Ticket({what}, token={}{slot}, remaining={:.3})",
             self.inner.token(),
             self.inner.remaining().as_secs_f64()
         )

@@ -98,3 +98,77 @@ def test_exceptions_pickle_under_the_public_name() -> None:
         assert cls.__module__ == "ticketing"
         err = pickle.loads(pickle.dumps(cls("why")))
         assert type(err) is cls and str(err) == "why"
+
+
+def test_counted_and_multi_key_argument_errors() -> None:
+    # Checked before anything is sent: against an address where nothing
+    # listens, the argument error is what the caller sees.
+    broker = ticketing.TicketBroker(["127.0.0.1:9"])
+    try:
+        for n in (0, 65536, -1, 2**70):
+            with pytest.raises(ValueError) as info:
+                broker.acquire_shared("k", n, 0, 5)
+            assert not isinstance(info.value, ticketing.TicketingError), n
+            with pytest.raises(ValueError):
+                with broker.shared_lock("k", n, wait=0, lease=5):
+                    pytest.fail("must not enter")
+        for bad_n in (2.0, "2", None):
+            with pytest.raises(TypeError):
+                broker.acquire_shared("k", bad_n, 0, 5)  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            broker.acquire_shared("a b", 2, 0, 5)
+        with pytest.raises(ValueError):
+            broker.acquire_shared("k", 2, 0, 0)
+
+        too_long = ["x" * 249 + str(i) for i in range(3)]  # each key is fine, the request is over 512 bytes
+        for keys in ([], ["a"], ["a", "a"], [f"k{i}" for i in range(17)], ["a b", "c"], too_long):
+            with pytest.raises(ValueError) as info:
+                broker.acquire_all(keys, 0, 5)
+            assert not isinstance(info.value, ticketing.TicketingError), keys
+            with pytest.raises(ValueError):
+                with broker.lock_all(keys, wait=0, lease=5):
+                    pytest.fail("must not enter")
+        with pytest.raises(ValueError):
+            broker.acquire_all(["a", "b"], 256, 5)
+        for bad_keys in ("ab", b"ab", ["a", 1], None):
+            with pytest.raises(TypeError):
+                broker.acquire_all(bad_keys, 0, 5)  # type: ignore[arg-type]
+        for scoped in (broker.read_lock, broker.write_lock):
+            with pytest.raises(ValueError):
+                with scoped("a b", wait=0, lease=5):
+                    pytest.fail("must not enter")
+            with pytest.raises(ValueError):
+                with scoped("k", wait=0, lease=5, budget=6):
+                    pytest.fail("must not enter")
+    finally:
+        broker.close()
+
+
+def test_async_counted_and_multi_key_argument_errors() -> None:
+    import asyncio
+
+    async def main() -> None:
+        broker = aio.TicketBroker(["127.0.0.1:9"])
+        try:
+            with pytest.raises(ValueError):
+                await broker.acquire_shared("k", 0, 0, 5)
+            with pytest.raises(TypeError):
+                await broker.acquire_shared("k", 1.5, 0, 5)  # type: ignore[arg-type]
+            with pytest.raises(ValueError):
+                await broker.acquire_all(["a"], 0, 5)
+            with pytest.raises(TypeError):
+                await broker.acquire_all("ab", 0, 5)
+            with pytest.raises(ValueError):
+                async with broker.lock_all(["a", "a"], wait=0, lease=5):
+                    pytest.fail("must not enter")
+            with pytest.raises(ValueError):
+                async with broker.shared_lock("k", 65536, wait=0, lease=5):
+                    pytest.fail("must not enter")
+            for scoped in (broker.read_lock, broker.write_lock):
+                with pytest.raises(ValueError):
+                    async with scoped("a b", wait=0, lease=5):
+                        pytest.fail("must not enter")
+        finally:
+            await broker.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))

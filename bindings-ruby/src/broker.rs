@@ -9,7 +9,7 @@ use std::time::Duration;
 use magnus::{Error, Ruby, Value};
 use ticketing_client::{TicketBroker, Tls};
 
-use crate::error::{key, secs, to_rb};
+use crate::error::{key, keys, permits, secs, to_rb};
 use crate::gvl;
 use crate::ticket::Ticket;
 
@@ -18,6 +18,12 @@ use crate::ticket::Ticket;
 #[magnus::wrap(class = "Ticketing::TicketBroker", free_immediately, size)]
 pub(crate) struct Broker {
     inner: TicketBroker,
+}
+
+/// The durations of an acquire (seconds) as the client's `*_secs` methods
+/// take them.
+fn times(ruby: &Ruby, wait: Value, lease: Value, budget: Value) -> Result<(f64, f64, f64), Error> {
+    Ok((secs(ruby, "wait", wait)?, secs(ruby, "lease", lease)?, secs(ruby, "budget", budget)?))
 }
 
 impl Broker {
@@ -64,10 +70,79 @@ impl Broker {
         budget: Value,
     ) -> Result<Option<Ticket>, Error> {
         let key = key(ruby, key_v)?;
-        let (wait, lease, budget) =
-            (secs(ruby, "wait", wait)?, secs(ruby, "lease", lease)?, secs(ruby, "budget", budget)?);
+        let (wait, lease, budget) = times(ruby, wait, lease, budget)?;
         let inner = rb_self.inner.clone();
         let got = gvl::block_on(ruby, async move { inner.acquire_secs(&key, wait, lease, budget).await })?;
+        Ok(got.map_err(|e| to_rb(ruby, e))?.map(Ticket::new))
+    }
+
+    /// `_acquire_shared(key, n, wait, lease, budget)` → Ticket or nil: one
+    /// of `n` counted permits; the client checks `n` (1–65535).
+    pub(crate) fn acquire_shared(
+        ruby: &Ruby,
+        rb_self: &Self,
+        key_v: Value,
+        n: Value,
+        wait: Value,
+        lease: Value,
+        budget: Value,
+    ) -> Result<Option<Ticket>, Error> {
+        let key = key(ruby, key_v)?;
+        let n = permits(ruby, n)?;
+        let (wait, lease, budget) = times(ruby, wait, lease, budget)?;
+        let inner = rb_self.inner.clone();
+        let got = gvl::block_on(ruby, async move { inner.acquire_shared_secs(&key, n, wait, lease, budget).await })?;
+        Ok(got.map_err(|e| to_rb(ruby, e))?.map(Ticket::new))
+    }
+
+    /// `_acquire_all(keys, wait, lease, budget)` → Ticket or nil: every key
+    /// at once, one token; the client checks the keys (2–16, distinct).
+    pub(crate) fn acquire_all(
+        ruby: &Ruby,
+        rb_self: &Self,
+        keys_v: Value,
+        wait: Value,
+        lease: Value,
+        budget: Value,
+    ) -> Result<Option<Ticket>, Error> {
+        let keys = keys(ruby, keys_v)?;
+        let (wait, lease, budget) = times(ruby, wait, lease, budget)?;
+        let inner = rb_self.inner.clone();
+        let got = gvl::block_on(ruby, async move { inner.acquire_all_secs(&keys, wait, lease, budget).await })?;
+        Ok(got.map_err(|e| to_rb(ruby, e))?.map(Ticket::new))
+    }
+
+    /// `_read_lock(key, wait, lease, budget)` → Ticket or nil: the shared
+    /// side of a read/write lock.
+    pub(crate) fn read_lock(
+        ruby: &Ruby,
+        rb_self: &Self,
+        key_v: Value,
+        wait: Value,
+        lease: Value,
+        budget: Value,
+    ) -> Result<Option<Ticket>, Error> {
+        let key = key(ruby, key_v)?;
+        let (wait, lease, budget) = times(ruby, wait, lease, budget)?;
+        let inner = rb_self.inner.clone();
+        let got = gvl::block_on(ruby, async move { inner.read_lock_secs(&key, wait, lease, budget).await })?;
+        Ok(got.map_err(|e| to_rb(ruby, e))?.map(Ticket::new))
+    }
+
+    /// `_write_lock(key, wait, lease, budget)` → Ticket or nil: the
+    /// exclusive side of a read/write lock.
+    pub(crate) fn write_lock(
+        ruby: &Ruby,
+        rb_self: &Self,
+        key_v: Value,
+        wait: Value,
+        lease: Value,
+        budget: Value,
+    ) -> Result<Option<Ticket>, Error> {
+        let key = key(ruby, key_v)?;
+        let (wait, lease, budget) = times(ruby, wait, lease, budget)?;
+        let inner = rb_self.inner.clone();
+        let got = gvl::block_on(ruby, async move { inner.write_lock_secs(&key, wait, lease, budget).await })?;
         Ok(got.map_err(|e| to_rb(ruby, e))?.map(Ticket::new))
     }
 

@@ -5,7 +5,7 @@
 //! this module only looks them up by name and picks one per variant.
 #![forbid(unsafe_code)]
 
-use magnus::{prelude::*, value::ReprValue, Error, ExceptionClass, Integer, RModule, RString, Ruby, Value};
+use magnus::{prelude::*, value::ReprValue, Error, ExceptionClass, Integer, RArray, RModule, RString, Ruby, Value};
 use ticketing_client::Error as ClientError;
 
 /// `Ticketing::<name>`, an exception class defined by `ticketing/errors`.
@@ -85,6 +85,32 @@ pub(crate) fn key(ruby: &Ruby, value: Value) -> Result<String, Error> {
     })
 }
 
+/// A permit count as `i64` for the client, which checks 1–65535. A
+/// non-Integer is a `TypeError`; an Integer beyond 64 bits an
+/// `ArgumentError` (out of range, like 0 or 65536).
+pub(crate) fn permits(ruby: &Ruby, value: Value) -> Result<i64, Error> {
+    let Some(int) = Integer::from_value(value) else {
+        return Err(Error::new(
+            ruby.exception_type_error(),
+            format!("n must be an Integer number of permits, not {}", value.class().inspect()),
+        ));
+    };
+    int.to_i64().map_err(|_| Error::new(ruby.exception_arg_error(), format!("n must be 1-65535 permits (got {int})")))
+}
+
+/// The keys of a multi-key acquire. A non-Array is a `TypeError`, each
+/// element as [`key`]; the client checks the count (2–16), duplicates and
+/// the frame size.
+pub(crate) fn keys(ruby: &Ruby, value: Value) -> Result<Vec<String>, Error> {
+    let Some(list) = RArray::from_value(value) else {
+        return Err(Error::new(
+            ruby.exception_type_error(),
+            format!("keys must be an Array of Strings, not {}", value.class().inspect()),
+        ));
+    };
+    list.into_iter().map(|k| key(ruby, k)).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,6 +167,15 @@ mod tests {
             assert_eq!(key(ruby, num("'seat-1'")?)?, "seat-1");
             assert_eq!(parts(&key(ruby, num(":seat")?).unwrap_err()).0, "TypeError");
             assert_eq!(parts(&key(ruby, num("\"\\xff\".b")?).unwrap_err()).0, "ArgumentError");
+
+            assert_eq!(permits(ruby, num("5")?)?, 5);
+            assert_eq!(permits(ruby, num("0")?)?, 0, "the range is the client's to check");
+            assert_eq!(parts(&permits(ruby, num("2**80")?).unwrap_err()).0, "ArgumentError");
+            assert_eq!(parts(&permits(ruby, num("2.0")?).unwrap_err()).0, "TypeError");
+            assert_eq!(parts(&permits(ruby, num("'2'")?).unwrap_err()).0, "TypeError");
+            assert_eq!(keys(ruby, num("%w[a b]")?)?, vec!["a".to_owned(), "b".to_owned()]);
+            assert_eq!(parts(&keys(ruby, num("'a'")?).unwrap_err()).0, "TypeError");
+            assert_eq!(parts(&keys(ruby, num("['a', :b]")?).unwrap_err()).0, "TypeError");
             Ok(())
         })
         .unwrap();

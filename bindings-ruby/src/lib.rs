@@ -35,12 +35,18 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     broker.define_singleton_method("_connect", function!(broker::Broker::connect, 1))?;
     broker.define_method("_wait_ready", method!(broker::Broker::wait_ready, 1))?;
     broker.define_method("_acquire", method!(broker::Broker::acquire, 4))?;
+    broker.define_method("_acquire_shared", method!(broker::Broker::acquire_shared, 5))?;
+    broker.define_method("_acquire_all", method!(broker::Broker::acquire_all, 4))?;
+    broker.define_method("_read_lock", method!(broker::Broker::read_lock, 4))?;
+    broker.define_method("_write_lock", method!(broker::Broker::write_lock, 4))?;
     broker.define_method("_close", method!(broker::Broker::close, 0))?;
 
     let ticket = module.define_class("Ticket", ruby.class_object())?;
     ticket.undef_default_alloc_func();
     ticket.define_method("token", method!(ticket::Ticket::token, 0))?;
     ticket.define_method("key", method!(ticket::Ticket::key, 0))?;
+    ticket.define_method("keys", method!(ticket::Ticket::keys, 0))?;
+    ticket.define_method("slot", method!(ticket::Ticket::slot, 0))?;
     ticket.define_method("remaining", method!(ticket::Ticket::remaining, 0))?;
     ticket.define_method("expired?", method!(ticket::Ticket::is_expired, 0))?;
     ticket.define_method("release", method!(ticket::Ticket::release, 0))?;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use magnus::{Error, Ruby};
+use magnus::{prelude::*, Error, RArray, Ruby};
 
 use crate::error::to_rb;
 use crate::gvl;
@@ -29,6 +29,23 @@ impl Ticket {
     /// The key.
     pub(crate) fn key(&self) -> String {
         self.inner.key().to_owned()
+    }
+
+    /// Every key this ticket holds, in the order asked for (one, or all of
+    /// a multi-key grant): a frozen Array of frozen Strings.
+    pub(crate) fn keys(ruby: &Ruby, rb_self: &Self) -> RArray {
+        let list = ruby.ary_from_iter(rb_self.inner.keys().iter().map(|k| {
+            let s = ruby.str_new(k);
+            s.freeze();
+            s
+        }));
+        list.freeze();
+        list
+    }
+
+    /// The permit index of a counted grant, nil for an exclusive one.
+    pub(crate) fn slot(&self) -> Option<u16> {
+        self.inner.slot()
     }
 
     /// Seconds left until the conservative deadline, never negative.

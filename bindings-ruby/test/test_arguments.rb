@@ -88,6 +88,43 @@ class TestArguments < Minitest::Test
     assert_raises(ArgumentError) { dead.with_lock("k", wait: 256, lease: 10, budget: 0) { nil } }
   end
 
+  def test_counted_arguments
+    [0, 65_536, -1, 2**80].each do |n|
+      assert_raises(ArgumentError, "n=#{n}") { dead.acquire_shared("k", n, 0, 10) }
+      assert_raises(ArgumentError, "n=#{n}") { dead.with_shared_lock("k", n, wait: 0, lease: 10) { flunk "entered" } }
+    end
+    [2.0, "2", nil, :two].each do |n|
+      assert_raises(TypeError, "n=#{n.inspect}") { dead.acquire_shared("k", n, 0, 10) }
+    end
+    assert_raises(ArgumentError) { dead.acquire_shared("a b", 2, 0, 10) }
+    assert_raises(ArgumentError) { dead.acquire_shared("k", 2, 0, 0) }
+    assert_raises(TypeError) { dead.acquire_shared(:k, 2, 0, 10) }
+    assert_raises(ArgumentError) { dead.with_shared_lock("k", 2, wait: 0, lease: 10) }
+  end
+
+  def test_multi_key_arguments
+    too_long = Array.new(3) { |i| ("x" * 249) + i.to_s } # each key is fine, the request is over 512 bytes
+    [[], ["a"], %w[a a], Array.new(17) { |i| "k#{i}" }, ["a b", "c"], too_long].each do |keys|
+      assert_raises(ArgumentError, keys.inspect) { dead.acquire_all(keys, 0, 10) }
+      assert_raises(ArgumentError, keys.inspect) { dead.with_all_locks(keys, wait: 0, lease: 10) { flunk "entered" } }
+    end
+    assert_raises(ArgumentError) { dead.acquire_all(%w[a b], 256, 10) }
+    ["ab", nil, ["a", :b], ["a", 1], { "a" => 1 }].each do |keys|
+      assert_raises(TypeError, keys.inspect) { dead.acquire_all(keys, 0, 10) }
+    end
+    assert_raises(ArgumentError) { dead.with_all_locks(%w[a b], wait: 0, lease: 10) }
+  end
+
+  def test_read_write_lock_arguments
+    %i[with_read_lock with_write_lock].each do |m|
+      assert_raises(ArgumentError, m) { dead.public_send(m, "a b", wait: 0, lease: 10) { flunk "entered" } }
+      assert_raises(ArgumentError, m) { dead.public_send(m, "k", wait: 0, lease: 10, budget: 11) { flunk "entered" } }
+      assert_raises(TypeError, m) { dead.public_send(m, "k", wait: "0", lease: 10) { flunk "entered" } }
+      assert_raises(ArgumentError, m) { dead.public_send(m, "k", wait: 0, lease: 10) }
+      assert_raises(ArgumentError, m) { dead.public_send(m, "k", wait: 0) { flunk "entered" } }
+    end
+  end
+
   def test_fractions_round_up
     key = TestHelper.unique_key
     # lease 1.5 -> 2, budget 0.2 -> 1: granted (with a lease of 1 s, a

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from types import TracebackType
-from typing import Iterable, Optional, Type, Union
+from typing import Callable, Iterable, Optional, Type, Union
 
 from . import _native
 from ._errors import (
@@ -67,6 +67,14 @@ def _addr_list(addrs: Union[str, Iterable[str]]) -> list[str]:
     if isinstance(addrs, str):
         return [addrs]
     return list(addrs)
+
+
+def _key_list(keys: Iterable[str]) -> list[str]:
+    """The keys of a multi-key acquire as a list. A single string is refused
+    (``TypeError``) rather than taken as its characters."""
+    if isinstance(keys, (str, bytes)):
+        raise TypeError("keys must be an iterable of str (e.g. a list), not one string")
+    return list(keys)
 
 
 class TicketBroker:
@@ -146,7 +154,79 @@ class TicketBroker:
         not granted within ``wait``, or any error of :meth:`acquire`);
         leaving releases the ticket.
         """
-        return Lock(self, key, wait, lease, budget)
+        return Lock(lambda: self.acquire(key, wait, lease, budget), f"lock {key!r}", wait)
+
+    def acquire_shared(
+        self, key: str, n: int, wait: Seconds, lease: Seconds, budget: Seconds = 0
+    ) -> Optional[Ticket]:
+        """Acquires one of ``n`` counted permits of ``key`` (a semaphore of
+        ``n``; ``n`` is 1-65535).
+
+        Granted while fewer than ``n`` counted holders hold ``key`` and no
+        exclusive holder does, in FIFO order with every other request on the
+        key. The ticket's ``slot`` is its permit index in ``0..n`` (the
+        lowest free one), so a resource can be fenced per (key, slot); each
+        grant has its own ``token``. Other arguments, the result and the
+        errors as :meth:`acquire`; ``ValueError`` also for ``n`` out of
+        range, ``TypeError`` for a non-int ``n``.
+        """
+        return self._native.acquire_shared(key, n, wait, lease, budget)
+
+    def shared_lock(self, key: str, n: int, wait: Seconds, lease: Seconds, budget: Seconds = 0) -> "Lock":
+        """The scoped form of :meth:`acquire_shared`::
+
+            with broker.shared_lock("pool", 5, wait=5, lease=30) as ticket:
+                ...  # ticket.slot is this holder's permit, 0..4
+
+        Raises :class:`LockTimeout` when not granted within ``wait``;
+        leaving releases the permit.
+        """
+        return Lock(lambda: self.acquire_shared(key, n, wait, lease, budget), f"shared lock {key!r} (n={n!r})", wait)
+
+    def acquire_all(self, keys: Iterable[str], wait: Seconds, lease: Seconds, budget: Seconds = 0) -> Optional[Ticket]:
+        """Acquires every key of ``keys`` (2-16 distinct keys, e.g. a list)
+        exclusively and atomically: one :class:`Ticket` with ONE token for
+        all of them (``ticket.keys``), granted when the request is first in
+        the queue of every key and all are free; no deadlock, whatever the
+        key order. ``release()`` frees every key.
+
+        Other arguments, the result and the errors as :meth:`acquire`;
+        ``ValueError`` also for fewer than 2 or more than 16 keys, a key
+        given twice, or keys too long together for one request; a single
+        ``str`` instead of an iterable of them raises ``TypeError``.
+        """
+        return self._native.acquire_all(_key_list(keys), wait, lease, budget)
+
+    def lock_all(self, keys: Iterable[str], wait: Seconds, lease: Seconds, budget: Seconds = 0) -> "Lock":
+        """The scoped form of :meth:`acquire_all`::
+
+            with broker.lock_all(["acct:1", "acct:2"], wait=5, lease=30) as ticket:
+                ...  # fence the writes of both keys with ticket.token
+
+        Raises :class:`LockTimeout` when not granted within ``wait``;
+        leaving releases every key.
+        """
+        key_list = _key_list(keys)
+        return Lock(lambda: self.acquire_all(key_list, wait, lease, budget), f"locks {key_list!r}", wait)
+
+    def read_lock(self, key: str, wait: Seconds, lease: Seconds, budget: Seconds = 0) -> "Lock":
+        """The shared (read) side of the read/write lock ``key``, scoped::
+
+            with broker.read_lock("doc:7", wait=5, lease=30) as ticket:
+                ...
+
+        Any number of readers hold ``key`` together; a writer
+        (:meth:`write_lock`) holds it alone, and readers that arrive after a
+        waiting writer queue behind it (writers do not starve). Raises
+        :class:`LockTimeout` when not granted within ``wait``; other errors
+        as :meth:`acquire`.
+        """
+        return Lock(lambda: self._native.read_lock(key, wait, lease, budget), f"read lock {key!r}", wait)
+
+    def write_lock(self, key: str, wait: Seconds, lease: Seconds, budget: Seconds = 0) -> "Lock":
+        """The exclusive (write) side of the read/write lock ``key``, scoped
+        (see :meth:`read_lock`); the same grant as :meth:`lock`."""
+        return Lock(lambda: self._native.write_lock(key, wait, lease, budget), f"write lock {key!r}", wait)
 
     def close(self) -> None:
         """Closes the broker: every live ticket is released best-effort,
@@ -167,8 +247,10 @@ class TicketBroker:
 
 
 class Lock:
-    """Context manager returned by :meth:`TicketBroker.lock`: acquires on
-    ``__enter__`` (returning the :class:`Ticket`), releases on ``__exit__``.
+    """Context manager returned by :meth:`TicketBroker.lock` (and by
+    ``shared_lock``, ``lock_all``, ``read_lock``, ``write_lock``): acquires
+    on ``__enter__`` (returning the :class:`Ticket`), releases on
+    ``__exit__``.
 
     If the body raised, that exception propagates even if the release
     fails. If the body completed and the release raises (e.g.
@@ -177,22 +259,20 @@ class Lock:
     error: check ``ticket.expired`` and rely on the fencing token.
     """
 
-    __slots__ = ("_broker", "_key", "_wait", "_lease", "_budget", "_ticket")
+    __slots__ = ("_acquire", "_what", "_wait", "_ticket")
 
-    def __init__(self, broker: TicketBroker, key: str, wait: Seconds, lease: Seconds, budget: Seconds) -> None:
-        self._broker = broker
-        self._key = key
+    def __init__(self, acquire: Callable[[], Optional[Ticket]], what: str, wait: Seconds) -> None:
+        self._acquire = acquire
+        self._what = what
         self._wait = wait
-        self._lease = lease
-        self._budget = budget
         self._ticket: Optional[Ticket] = None
 
     def __enter__(self) -> Ticket:
         if self._ticket is not None:
-            raise RuntimeError("this lock() context is already entered; call broker.lock() again")
-        ticket = self._broker.acquire(self._key, self._wait, self._lease, self._budget)
+            raise RuntimeError("this lock context is already entered; call the broker's method again")
+        ticket = self._acquire()
         if ticket is None:
-            raise LockTimeout(f"lock {self._key!r} not granted within wait={self._wait!r} s")
+            raise LockTimeout(f"{self._what} not granted within wait={self._wait!r} s")
         self._ticket = ticket
         return ticket
 
@@ -211,7 +291,7 @@ class Lock:
         try:
             ticket.release()
         except Exception as err:  # the body's exception wins; the lease ends the lock at the latest
-            _note(exc, f"ticketing: releasing {self._key!r} also failed: {err!r}")
+            _note(exc, f"ticketing: releasing {self._what} also failed: {err!r}")
 
 
 def _note(exc: BaseException, text: str) -> None:

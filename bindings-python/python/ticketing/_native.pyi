@@ -22,8 +22,9 @@ class Pending:
 
 @final
 class Ticket:
-    """A granted lock on one key: the fencing ``token``, the ``key``, the time
-    left of the conservative lease, and ``release()``.
+    """A granted lock: the fencing ``token``, the ``key`` (``keys`` for a
+    multi-key grant), the ``slot`` of a counted grant, the time left of the
+    conservative lease, and ``release()``.
 
     A ticket that is garbage-collected without ``release()`` is released
     best-effort in the background; so is every live ticket of a closed
@@ -36,6 +37,12 @@ class Ticket:
     @property
     def key(self) -> str:
         """The key this ticket holds."""
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every key this ticket holds (one, or all of a multi-key grant)."""
+    @property
+    def slot(self) -> Optional[int]:
+        """The permit index of a counted grant; None for an exclusive one."""
     @property
     def expired(self) -> bool:
         """True once the conservative deadline has passed."""
@@ -73,6 +80,28 @@ class Broker:
         """Acquires ``key``: a Ticket, or None when not granted within ``wait``."""
     def acquire_start(self, key: str, wait: _Seconds, lease: _Seconds, budget: _Seconds, done: _Done) -> Pending:
         """asyncio form of ``acquire``."""
+    def acquire_shared(
+        self, key: str, n: int, wait: _Seconds, lease: _Seconds, budget: _Seconds
+    ) -> Optional[Ticket]:
+        """Acquires one of ``n`` counted permits of ``key``."""
+    def acquire_shared_start(
+        self, key: str, n: int, wait: _Seconds, lease: _Seconds, budget: _Seconds, done: _Done
+    ) -> Pending:
+        """asyncio form of ``acquire_shared``."""
+    def acquire_all(self, keys: list[str], wait: _Seconds, lease: _Seconds, budget: _Seconds) -> Optional[Ticket]:
+        """Acquires every key of ``keys`` at once: one Ticket, one token."""
+    def acquire_all_start(
+        self, keys: list[str], wait: _Seconds, lease: _Seconds, budget: _Seconds, done: _Done
+    ) -> Pending:
+        """asyncio form of ``acquire_all``."""
+    def read_lock(self, key: str, wait: _Seconds, lease: _Seconds, budget: _Seconds) -> Optional[Ticket]:
+        """Acquires the shared (read) side of the read/write lock ``key``."""
+    def read_lock_start(self, key: str, wait: _Seconds, lease: _Seconds, budget: _Seconds, done: _Done) -> Pending:
+        """asyncio form of ``read_lock``."""
+    def write_lock(self, key: str, wait: _Seconds, lease: _Seconds, budget: _Seconds) -> Optional[Ticket]:
+        """Acquires the exclusive (write) side of the read/write lock ``key``."""
+    def write_lock_start(self, key: str, wait: _Seconds, lease: _Seconds, budget: _Seconds, done: _Done) -> Pending:
+        """asyncio form of ``write_lock``."""
     def close(self) -> None:
         """Closes the broker (best-effort releases of live tickets first)."""
     def close_start(self, done: _Done) -> Pending:

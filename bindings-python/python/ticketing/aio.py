@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import asyncio
 from types import TracebackType
-from typing import Any, Callable, Iterable, Optional, Type, Union, cast
+from typing import Any, Awaitable, Callable, Iterable, Optional, Type, Union, cast
 
-from . import Seconds, _addr_list, _native, _note, _PathLike
+from . import Seconds, _addr_list, _key_list, _native, _note, _PathLike
 from ._errors import LockTimeout
 
 __all__ = ["TicketBroker", "Ticket", "Lock"]
@@ -84,8 +84,8 @@ async def _run(start: Callable[[_Done], _native.Pending]) -> Any:
 
 
 class Ticket:
-    """A granted lock (asyncio flavour): ``token``, ``key``,
-    ``remaining()``, ``expired`` and ``await release()``.
+    """A granted lock (asyncio flavour): ``token``, ``key``, ``keys``,
+    ``slot``, ``remaining()``, ``expired`` and ``await release()``.
 
     A ticket that is garbage-collected without ``release()`` is released
     best-effort in the background; so is every live ticket of a broker that
@@ -105,8 +105,21 @@ class Ticket:
 
     @property
     def key(self) -> str:
-        """The key this ticket holds."""
+        """The key this ticket holds (the first of a multi-key grant)."""
         return self._native.key
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every key this ticket holds: one, or all of an
+        :meth:`TicketBroker.acquire_all` grant in the order asked for."""
+        return self._native.keys
+
+    @property
+    def slot(self) -> Optional[int]:
+        """The permit index in ``0..n`` of a counted grant
+        (:meth:`TicketBroker.acquire_shared`, ``read_lock``); ``None`` for an
+        exclusive one."""
+        return self._native.slot
 
     def remaining(self) -> float:
         """Seconds left until the conservative lease deadline (never
@@ -119,8 +132,9 @@ class Ticket:
         return self._native.expired
 
     async def release(self) -> bool:
-        """Releases exactly this grant: ``True`` when released, ``False``
-        when this ticket no longer held the lock. Raises
+        """Releases exactly this grant (every key of a multi-key grant):
+        ``True`` when released, ``False`` when this ticket no longer held the
+        lock (for several keys: any of them). Raises
         :class:`~ticketing.ReleaseUnconfirmedError` without a final answer
         within 5 s. A second call returns the first definite result."""
         return cast(bool, await _run(self._native.release_start))
@@ -172,7 +186,66 @@ class TicketBroker:
         """The scoped form: ``async with broker.lock(key, wait=5, lease=30)
         as ticket:`` acquires (raising :class:`~ticketing.LockTimeout` when
         not granted within ``wait``) and releases on exit."""
-        return Lock(self, key, wait, lease, budget)
+        return Lock(lambda: self.acquire(key, wait, lease, budget), f"lock {key!r}", wait)
+
+    async def acquire_shared(
+        self, key: str, n: int, wait: Seconds, lease: Seconds, budget: Seconds = 0
+    ) -> Optional[Ticket]:
+        """One of ``n`` counted permits of ``key``: a :class:`Ticket` with its
+        ``slot``, or ``None`` when not granted within ``wait``. Same
+        arguments and errors as :meth:`ticketing.TicketBroker.acquire_shared`.
+        Cancelling the awaiting task cancels the acquire."""
+        got = await _run(lambda done: self._native.acquire_shared_start(key, n, wait, lease, budget, done))
+        return None if got is None else Ticket(got)
+
+    def shared_lock(self, key: str, n: int, wait: Seconds, lease: Seconds, budget: Seconds = 0) -> "Lock":
+        """The scoped form of :meth:`acquire_shared`: ``async with
+        broker.shared_lock(key, 5, wait=5, lease=30) as ticket:`` (raising
+        :class:`~ticketing.LockTimeout` when not granted within ``wait``)."""
+        return Lock(lambda: self.acquire_shared(key, n, wait, lease, budget), f"shared lock {key!r} (n={n!r})", wait)
+
+    async def acquire_all(
+        self, keys: Iterable[str], wait: Seconds, lease: Seconds, budget: Seconds = 0
+    ) -> Optional[Ticket]:
+        """Every key of ``keys`` (2-16 distinct keys) at once: one
+        :class:`Ticket`, one token, or ``None`` when not granted within
+        ``wait``. Same arguments and errors as
+        :meth:`ticketing.TicketBroker.acquire_all`. Cancelling the awaiting
+        task cancels the acquire."""
+        key_list = _key_list(keys)
+        got = await _run(lambda done: self._native.acquire_all_start(key_list, wait, lease, budget, done))
+        return None if got is None else Ticket(got)
+
+    def lock_all(self, keys: Iterable[str], wait: Seconds, lease: Seconds, budget: Seconds = 0) -> "Lock":
+        """The scoped form of :meth:`acquire_all`: ``async with
+        broker.lock_all(["a", "b"], wait=5, lease=30) as ticket:``; leaving
+        releases every key."""
+        key_list = _key_list(keys)
+        return Lock(lambda: self.acquire_all(key_list, wait, lease, budget), f"locks {key_list!r}", wait)
+
+    def read_lock(self, key: str, wait: Seconds, lease: Seconds, budget: Seconds = 0) -> "Lock":
+        """The shared (read) side of the read/write lock ``key``, scoped:
+        ``async with broker.read_lock(key, wait=5, lease=30) as ticket:``
+        (see :meth:`ticketing.TicketBroker.read_lock`)."""
+        return Lock(lambda: self._acquire_with(self._native.read_lock_start, key, wait, lease, budget),
+                    f"read lock {key!r}", wait)
+
+    def write_lock(self, key: str, wait: Seconds, lease: Seconds, budget: Seconds = 0) -> "Lock":
+        """The exclusive (write) side of the read/write lock ``key``, scoped
+        (see :meth:`read_lock`)."""
+        return Lock(lambda: self._acquire_with(self._native.write_lock_start, key, wait, lease, budget),
+                    f"write lock {key!r}", wait)
+
+    async def _acquire_with(
+        self,
+        start: Callable[[str, Seconds, Seconds, Seconds, _Done], _native.Pending],
+        key: str,
+        wait: Seconds,
+        lease: Seconds,
+        budget: Seconds,
+    ) -> Optional[Ticket]:
+        got = await _run(lambda done: start(key, wait, lease, budget, done))
+        return None if got is None else Ticket(got)
 
     async def close(self) -> None:
         """Closes the broker: live tickets are released best-effort, then
@@ -193,26 +266,25 @@ class TicketBroker:
 
 
 class Lock:
-    """Async context manager returned by :meth:`TicketBroker.lock`: acquires
+    """Async context manager returned by :meth:`TicketBroker.lock` (and by
+    ``shared_lock``, ``lock_all``, ``read_lock``, ``write_lock``): acquires
     on entry, releases on exit; the same exception rules as
     :class:`ticketing.Lock`."""
 
-    __slots__ = ("_broker", "_key", "_wait", "_lease", "_budget", "_ticket")
+    __slots__ = ("_acquire", "_what", "_wait", "_ticket")
 
-    def __init__(self, broker: TicketBroker, key: str, wait: Seconds, lease: Seconds, budget: Seconds) -> None:
-        self._broker = broker
-        self._key = key
+    def __init__(self, acquire: Callable[[], Awaitable[Optional[Ticket]]], what: str, wait: Seconds) -> None:
+        self._acquire = acquire
+        self._what = what
         self._wait = wait
-        self._lease = lease
-        self._budget = budget
         self._ticket: Optional[Ticket] = None
 
     async def __aenter__(self) -> Ticket:
         if self._ticket is not None:
-            raise RuntimeError("this lock() context is already entered; call broker.lock() again")
-        ticket = await self._broker.acquire(self._key, self._wait, self._lease, self._budget)
+            raise RuntimeError("this lock context is already entered; call the broker's method again")
+        ticket = await self._acquire()
         if ticket is None:
-            raise LockTimeout(f"lock {self._key!r} not granted within wait={self._wait!r} s")
+            raise LockTimeout(f"{self._what} not granted within wait={self._wait!r} s")
         self._ticket = ticket
         return ticket
 
@@ -231,4 +303,4 @@ class Lock:
         try:
             await ticket.release()
         except Exception as err:  # the body's exception wins
-            _note(exc, f"ticketing: releasing {self._key!r} also failed: {err!r}")
+            _note(exc, f"ticketing: releasing {self._what} also failed: {err!r}")

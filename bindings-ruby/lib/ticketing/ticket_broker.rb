@@ -112,6 +112,46 @@ module Ticketing
       _acquire(key, wait, lease, budget)
     end
 
+    # Acquires one of +n+ counted permits of +key+ (a semaphore of +n+):
+    # granted while fewer than +n+ counted holders hold +key+ and no
+    # exclusive holder does, in FIFO order with every other request on the
+    # key. Each grant has its own token; {Ticket#slot} is its permit index
+    # in 0...n (the lowest free one), so a resource can be fenced per
+    # (key, slot). Blocking and cancellation as {#acquire}.
+    #
+    # @param key [String] see {#acquire}
+    # @param n [Integer] 1..65535 permits
+    # @param wait [Integer, Float, Rational] see {#acquire}
+    # @param lease [Integer, Float, Rational] see {#acquire}
+    # @param budget [Integer, Float, Rational] see {#acquire}
+    # @return [Ticket, nil] a Ticket, or nil when not granted within +wait+
+    # @raise [ArgumentError] +n+ out of range, a bad key or duration (nothing was sent)
+    # @raise [TypeError] a non-Integer +n+
+    # @raise [Error] the errors of {#acquire}
+    def acquire_shared(key, n, wait, lease, budget = 0)
+      _acquire_shared(key, n, wait, lease, budget)
+    end
+
+    # Acquires every key of +keys+ exclusively and atomically: ONE ticket
+    # with one token for all of them ({Ticket#keys}), granted when the
+    # request is first in the queue of every key and all are free; no
+    # deadlock, whatever the key order. {Ticket#release} frees every key.
+    # Blocking and cancellation as {#acquire}.
+    #
+    # @param keys [Array<String>] 2..16 distinct keys
+    # @param wait [Integer, Float, Rational] see {#acquire}
+    # @param lease [Integer, Float, Rational] see {#acquire}
+    # @param budget [Integer, Float, Rational] see {#acquire}
+    # @return [Ticket, nil] a Ticket, or nil when not granted within +wait+
+    # @raise [ArgumentError] fewer than 2 or more than 16 keys, a key twice,
+    #   keys too long together for one request, a bad key or duration
+    #   (nothing was sent)
+    # @raise [TypeError] +keys+ not an Array of Strings
+    # @raise [Error] the errors of {#acquire}
+    def acquire_all(keys, wait, lease, budget = 0)
+      _acquire_all(keys, wait, lease, budget)
+    end
+
     # The scoped form of {#acquire}: acquires, yields the {Ticket},
     # releases it in +ensure+, and returns the block's value.
     #
@@ -129,29 +169,76 @@ module Ticketing
     # @return [Object] the block's value
     # @raise [LockTimeoutError] not granted within +wait+
     # @raise [ArgumentError] no block, or see {#acquire}
-    def with_lock(key, wait:, lease:, budget: 0)
-      raise ArgumentError, "with_lock needs a block" unless block_given?
+    def with_lock(key, wait:, lease:, budget: 0, &block)
+      raise ArgumentError, "with_lock needs a block" unless block
 
-      ticket = acquire(key, wait, lease, budget)
-      raise LockTimeoutError, "lock timeout: #{key} was not granted within #{wait} s" if ticket.nil?
+      scoped(acquire(key, wait, lease, budget), "lock timeout: #{key} was not granted within #{wait} s", &block)
+    end
 
-      completed = false
-      begin
-        value = yield ticket
-        completed = true
-        value
-      ensure
-        if completed
-          ticket.release
-        else
-          begin
-            ticket.release
-          rescue Ticketing::Error
-            # the block's exception wins; the lease end is the safety net
-            nil
-          end
-        end
-      end
+    # The scoped form of {#acquire_shared}: acquires one of +n+ permits,
+    # yields the {Ticket} (its {Ticket#slot}), releases it in +ensure+, and
+    # returns the block's value; the exception rules of {#with_lock}.
+    #
+    # @param key [String]
+    # @param n [Integer] 1..65535 permits
+    # @yieldparam ticket [Ticket]
+    # @return [Object] the block's value
+    # @raise [LockTimeoutError] not granted within +wait+
+    # @raise [ArgumentError] no block, or see {#acquire_shared}
+    def with_shared_lock(key, n, wait:, lease:, budget: 0, &block)
+      raise ArgumentError, "with_shared_lock needs a block" unless block
+
+      scoped(acquire_shared(key, n, wait, lease, budget),
+             "lock timeout: #{key} (n=#{n}) was not granted within #{wait} s", &block)
+    end
+
+    # The scoped form of {#acquire_all}: acquires every key, yields the
+    # {Ticket}, releases every key in +ensure+, and returns the block's
+    # value; the exception rules of {#with_lock}.
+    #
+    # @param keys [Array<String>] 2..16 distinct keys
+    # @yieldparam ticket [Ticket]
+    # @return [Object] the block's value
+    # @raise [LockTimeoutError] not granted within +wait+
+    # @raise [ArgumentError] no block, or see {#acquire_all}
+    def with_all_locks(keys, wait:, lease:, budget: 0, &block)
+      raise ArgumentError, "with_all_locks needs a block" unless block
+
+      scoped(acquire_all(keys, wait, lease, budget),
+             "lock timeout: #{keys.inspect} were not granted within #{wait} s", &block)
+    end
+
+    # The shared (read) side of the read/write lock +key+, scoped: any
+    # number of readers hold +key+ together; a writer ({#with_write_lock})
+    # holds it alone, and readers that arrive after a waiting writer queue
+    # behind it (writers do not starve). The exception rules of
+    # {#with_lock}.
+    #
+    # @param key [String]
+    # @yieldparam ticket [Ticket]
+    # @return [Object] the block's value
+    # @raise [LockTimeoutError] not granted within +wait+
+    # @raise [ArgumentError] no block, or see {#acquire}
+    def with_read_lock(key, wait:, lease:, budget: 0, &block)
+      raise ArgumentError, "with_read_lock needs a block" unless block
+
+      scoped(_read_lock(key, wait, lease, budget),
+             "lock timeout: read lock #{key} was not granted within #{wait} s", &block)
+    end
+
+    # The exclusive (write) side of the read/write lock +key+, scoped (see
+    # {#with_read_lock}); the same grant as {#with_lock}.
+    #
+    # @param key [String]
+    # @yieldparam ticket [Ticket]
+    # @return [Object] the block's value
+    # @raise [LockTimeoutError] not granted within +wait+
+    # @raise [ArgumentError] no block, or see {#acquire}
+    def with_write_lock(key, wait:, lease:, budget: 0, &block)
+      raise ArgumentError, "with_write_lock needs a block" unless block
+
+      scoped(_write_lock(key, wait, lease, budget),
+             "lock timeout: write lock #{key} was not granted within #{wait} s", &block)
     end
 
     # Closes the broker: waiting acquires fail with {ClosedError}, live
@@ -171,6 +258,33 @@ module Ticketing
     end
     alias to_s inspect
 
-    private :_wait_ready, :_acquire, :_close
+    private :_wait_ready, :_acquire, :_acquire_shared, :_acquire_all, :_read_lock, :_write_lock, :_close
+
+    private
+
+    # Yields +ticket+ and releases it in +ensure+ (the rules of
+    # {#with_lock}); raises {LockTimeoutError} with +timeout_message+ when
+    # +ticket+ is nil.
+    def scoped(ticket, timeout_message)
+      raise LockTimeoutError, timeout_message if ticket.nil?
+
+      completed = false
+      begin
+        value = yield ticket
+        completed = true
+        value
+      ensure
+        if completed
+          ticket.release
+        else
+          begin
+            ticket.release
+          rescue Ticketing::Error
+            # the block's exception wins; the lease end is the safety net
+            nil
+          end
+        end
+      end
+    end
   end
 end
