@@ -4,7 +4,8 @@
 # Builds the release server and the suite once (scripts/release --cargo-build), then
 #   1. the suite's own tests (checker rules, the fence on SQLite and PostgreSQL);
 #   2. the `ci` profile on SQLite (fixed seeds, every fault at least once, 3 durable,
-#      5 memory-mode nodes, a durable standalone server; docs/verification.md);
+#      5 memory-mode nodes, a durable standalone server; every run with the `combined`
+#      workload: exclusive, semaphore, read/write and multi-key clients; docs/verification.md);
 #   3. the `ci` profile's 3-node run on a throw-away PostgreSQL (initdb + pg_ctl
 #      on loopback; PostgreSQL is installed with apt when missing and we are root).
 # Seed: $TICKETING_VERIFY_SEED (default 1; the PostgreSQL run uses seed + 2).

@@ -1,5 +1,5 @@
 // Counted and multi-key grants against a real standalone server
-// (docs/node.md, Shared, counted and multi-key locks): acquireShared
+// (docs/node.md, "Shared, counted and multi-key locks"): acquireShared
 // (semaphore slots), read/write locks, acquireAll (one token for every key),
 // the with* forms, AbortSignal, await using.
 'use strict'
@@ -159,19 +159,21 @@ test('acquireAll of 2 keys: one token for both, keys listed, release frees both,
 // The with* forms: each resolves to the callback's value and releases, releases
 // when the callback throws (its error wins), and rejects with LockTimeoutError
 // on T without calling the callback.
+// The last column: whether the form's ticket is a counted grant (a slot).
 const scopedForms = [
-  ['withSharedLock', (b, k, opts, fn) => b.withSharedLock(k, 3, opts, fn), (k) => [k]],
-  ['withAllLocks', (b, k, opts, fn) => b.withAllLocks([k, `${k}-2`], opts, fn), (k) => [k, `${k}-2`]],
-  ['withReadLock', (b, k, opts, fn) => b.withReadLock(k, opts, fn), (k) => [k]],
-  ['withWriteLock', (b, k, opts, fn) => b.withWriteLock(k, opts, fn), (k) => [k]],
+  ['withSharedLock', (b, k, opts, fn) => b.withSharedLock(k, 3, opts, fn), (k) => [k], true],
+  ['withAllLocks', (b, k, opts, fn) => b.withAllLocks([k, `${k}-2`], opts, fn), (k) => [k, `${k}-2`], false],
+  ['withReadLock', (b, k, opts, fn) => b.withReadLock(k, opts, fn), (k) => [k], true],
+  ['withWriteLock', (b, k, opts, fn) => b.withWriteLock(k, opts, fn), (k) => [k], false],
 ]
-for (const [name, run, keysOf] of scopedForms) {
+for (const [name, run, keysOf, counted] of scopedForms) {
   test(`${name}: releases on exit and on throw, LockTimeoutError on T`, async () => {
     const k = key(name)
     const ks = keysOf(k)
     const v = await run(broker, k, { wait: 5, lease: 30, budget: 1 }, async (t) => {
       assert.ok(t instanceof Ticket)
       assert.deepEqual(t.keys, ks)
+      assert.equal(t.slot, counted ? 0 : null, 'slot 0 for a counted grant of a free key, null for an exclusive one')
       for (const x of ks) assert.deepEqual(await holders(x), [Number(t.token)])
       return 42
     })

@@ -2,9 +2,12 @@
 //! bytes on a simulated clock, with a `LockState` as its replicator: each
 //! byte pair is one step (a request from one of three connections, a
 //! commit, a failed or lost batch, time passing, EOF, a close, a leadership
-//! change). Checked after every step: no panic, the leader's internal
-//! counts and its timer table match its state (`Leader::check`), no request
-//! is answered twice, caps hold, tokens strictly increase.
+//! change). Acquires are exclusive (`A`), counted (`S`, n 1–3) or
+//! multi-key (`K`, two keys). Checked after every step: no panic, the
+//! leader's internal counts and its timer table match its state
+//! (`Leader::check`), no request is answered twice, caps hold, tokens
+//! strictly increase, the applied holders of every key are one exclusive or
+//! counted ones on distinct slots.
 #![no_main]
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -14,7 +17,7 @@ use libfuzzer_sys::fuzz_target;
 use ticketing_proto::{Addr, Key, Owner, RequestId, ServerFrame, Token};
 use ticketing_server::config::Limits;
 use ticketing_server::leader::{Batch, ConnId, Delivery, Leader, Request};
-use ticketing_server::locks::LockState;
+use ticketing_server::locks::{GrantKind, LockState};
 use ticketing_server::manager::Metrics;
 use ticketing_server::replication::{Leadership, ProposeError};
 
@@ -45,6 +48,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut pending: VecDeque<Batch> = VecDeque::new();
     let mut answered: HashMap<(ConnId, RequestId), ()> = HashMap::new();
+    let mut kinds: HashMap<RequestId, GrantKind> = HashMap::new();
     let mut granted: HashMap<Key, Vec<(Owner, Token)>> = HashMap::new();
     let mut last_token = 0;
     let mut next_id = 0u64;
@@ -55,9 +59,16 @@ fuzz_target!(|data: &[u8]| {
         match op % 10 {
             0 | 1 => {
                 next_id += 1;
+                let kind = match op >> 6 {
+                    1 => GrantKind::Shared { n: 1 + u16::from(arg & 3) % 3 },
+                    2 => GrantKind::All { keys: vec![key(arg >> 2), key((arg >> 2) + 1)] },
+                    _ => GrantKind::Exclusive,
+                };
+                kinds.insert(RequestId(next_id), kind.clone());
                 let r = Request::Acquire {
                     id: RequestId(next_id),
                     key: key(arg >> 2),
+                    kind,
                     owner: Owner::new(format!("o{next_id}")).unwrap(),
                     wait: (arg >> 4) % 4,
                     lease: 1 + (op >> 4) % 3,
@@ -100,7 +111,7 @@ fuzz_target!(|data: &[u8]| {
                     now = now.max(at);
                     leader.handle_timeout(now);
                     while let Some((c, d)) = leader.poll_delivery() {
-                        check_delivery(c, d, &mut answered, &mut granted, &mut last_token);
+                        check_delivery(c, d, &mut answered, &mut granted, &mut last_token, &kinds);
                     }
                     while let Some(b) = leader.poll_proposal() {
                         pending.push_back(b);
@@ -133,7 +144,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         while let Some((c, d)) = leader.poll_delivery() {
-            check_delivery(c, d, &mut answered, &mut granted, &mut last_token);
+            check_delivery(c, d, &mut answered, &mut granted, &mut last_token, &kinds);
         }
         while let Some(b) = leader.poll_proposal() {
             assert!(!b.cmds.is_empty() && b.cmds.len() <= 128);
@@ -145,6 +156,17 @@ fuzz_target!(|data: &[u8]| {
         // one per key: 4 keys here.
         assert!(leader.held() <= limits.max_held_keys && leader.waiters() <= limits.max_waiters + 4);
         assert!(leader.timers_len() <= leader.held() + leader.waiters() + 2);
+        let mut by_key: HashMap<Key, Vec<Option<u16>>> = HashMap::new();
+        for (k, h) in state.holders() {
+            by_key.entry(k).or_default().push(h.slot);
+        }
+        for (k, slots) in by_key {
+            assert!(slots.len() == 1 || slots.iter().all(Option::is_some), "{k}: an exclusive holder beside another");
+            let mut distinct = slots.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            assert_eq!(distinct.len(), slots.len(), "{k}: two holders on one slot");
+        }
     }
 });
 
@@ -154,15 +176,30 @@ fn check_delivery(
     answered: &mut HashMap<(ConnId, RequestId), ()>,
     granted: &mut HashMap<Key, Vec<(Owner, Token)>>,
     last_token: &mut u64,
+    kinds: &HashMap<RequestId, GrantKind>,
 ) {
     let id = match &d {
         Delivery::Reply { id, .. } | Delivery::Dropped(id) => *id,
         Delivery::Fatal(_) => return,
     };
     assert!(answered.insert((conn, id), ()).is_none(), "request {id} answered twice");
-    if let Delivery::Reply { frame: ServerFrame::Granted { key, owner, token, .. }, .. } = d {
-        assert!(token.get() > *last_token, "tokens strictly increase");
-        *last_token = token.get();
-        granted.entry(key).or_default().push((owner, token));
+    let (key, owner, token) = match d {
+        Delivery::Reply { frame: ServerFrame::Granted { key, owner, token, .. }, .. } => (key, owner, token),
+        Delivery::Reply { frame: ServerFrame::GrantedShared { key, owner, token, slot, .. }, .. } => {
+            let Some(GrantKind::Shared { n }) = kinds.get(&id) else { panic!("G answers S only") };
+            assert!(slot < *n, "slot {slot} of n = {n}");
+            (key, owner, token)
+        }
+        _ => return,
+    };
+    assert!(token.get() > *last_token, "tokens strictly increase");
+    *last_token = token.get();
+    match kinds.get(&id) {
+        Some(GrantKind::All { keys }) => {
+            for k in keys {
+                granted.entry(k.clone()).or_default().push((owner.clone(), token));
+            }
+        }
+        _ => granted.entry(key).or_default().push((owner, token)),
     }
 }

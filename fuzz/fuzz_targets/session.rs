@@ -3,7 +3,8 @@
 //! fuzzer reaches the ready state, which needs an HMAC it cannot guess);
 //! the rest is a script: each step is one op byte, then its argument.
 //!   0: feed the next `n` bytes (n = next byte) as server input
-//!   1: send an acquire     2: send a release     3: advance time by `n`×50 ms
+//!   1: send an acquire (`A`, or by the argument's top bits a counted `S`
+//!      or a multi-key `K`)  2: send a release  3: advance time by `n`×50 ms
 //!   4: cancel an op        5: close               6: the socket closed
 //! After every step the outputs are drained, as the driver does. Checked:
 //! no panic, and nothing is ever transmitted after the session closed.
@@ -14,7 +15,7 @@ use libfuzzer_sys::fuzz_target;
 use ticketing_proto::auth::{self, Label};
 use ticketing_proto::op::OpId;
 use ticketing_proto::session::{CloseReason, Request, Session, SessionConfig, SessionEvent};
-use ticketing_proto::{Hex32, Key, Owner, Token};
+use ticketing_proto::{Hex32, Key, KeySet, Owner, Token};
 
 const TOKEN: &[u8] = b"secret";
 
@@ -59,11 +60,17 @@ fuzz_target!(|data: &[u8]| {
             }
             1 => {
                 op += 1;
-                let _ = s.send(
-                    now,
-                    OpId(op),
-                    Request::Acquire { key: key.clone(), owner: owner.clone(), wait: arg % 4, lease: 1 + arg % 10 },
-                );
+                let (wait, lease) = (arg % 4, 1 + arg % 10);
+                let owner = owner.clone();
+                let req = match arg >> 6 {
+                    1 => Request::AcquireShared { key: key.clone(), owner, wait, lease, n: 1 + u16::from(arg & 3) },
+                    2 => {
+                        let keys = KeySet::new(vec![key.clone(), Key::new("k2".to_owned()).unwrap()]).unwrap();
+                        Request::AcquireAll { keys, owner, wait, lease }
+                    }
+                    _ => Request::Acquire { key: key.clone(), owner, wait, lease },
+                };
+                let _ = s.send(now, OpId(op), req);
                 rest = &rest[1.min(rest.len())..];
             }
             2 => {

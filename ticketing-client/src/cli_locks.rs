@@ -80,34 +80,57 @@ fn num(v: &Value) -> String {
 /// The table (owner prefixes only: the server never sends a full owner).
 pub fn table(key: &str, v: &Value) -> String {
     let mut out = format!("key          {key}\ndomain time  {} ms\n", num(&v["domain_time_ms"]));
-    match v["holder"].as_object() {
-        Some(h) => out.push_str(&format!(
-            "holder       owner {}…  token {}  remaining {} ms  granted at domain time {} ms\n",
-            h.get("owner_prefix").and_then(Value::as_str).unwrap_or("?"),
-            h.get("token").map(num).unwrap_or_default(),
-            h.get("remaining_ms").map(num).unwrap_or_default(),
-            h.get("granted_dt").map(num).unwrap_or_default(),
-        )),
-        None => out.push_str("holder       none\n"),
+    let holder = |h: &Value| {
+        format!(
+            "owner {}…  token {}  remaining {} ms  granted at domain time {} ms",
+            h["owner_prefix"].as_str().unwrap_or("?"),
+            num(&h["token"]),
+            num(&h["remaining_ms"]),
+            num(&h["granted_dt"]),
+        )
+    };
+    // Every holder (`holders`; a server of an earlier build sends `holder` only).
+    let holders = match v["holders"].as_array() {
+        Some(hs) => hs.clone(),
+        None => v["holder"].as_object().map(|_| vec![v["holder"].clone()]).unwrap_or_default(),
+    };
+    match holders.as_slice() {
+        [] => out.push_str("holder       none\n"),
+        [h] if h["slot"].is_null() => out.push_str(&format!("holder       {}\n", holder(h))),
+        hs => {
+            out.push_str(&format!("holders      {} counted\n", hs.len()));
+            for h in hs {
+                out.push_str(&format!("  slot {:<5}  {}\n", num(&h["slot"]), holder(h)));
+            }
+        }
     }
     let waiters = v["waiters"].as_array().cloned().unwrap_or_default();
     out.push_str(&format!("waiters      {}\n", waiters.len()));
     if !waiters.is_empty() {
-        let rows: Vec<[String; 5]> = waiters
+        let kind = |w: &Value| match w["kind"].as_str() {
+            Some("shared") => format!("shared n={}", num(&w["n"])),
+            Some("all") => {
+                let keys: Vec<&str> = w["keys"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+                format!("all {}", keys.join(","))
+            }
+            _ => "exclusive".to_owned(),
+        };
+        let rows: Vec<[String; 6]> = waiters
             .iter()
             .enumerate()
             .map(|(i, w)| {
                 [
                     (i + 1).to_string(),
                     format!("{}…", w["owner_prefix"].as_str().unwrap_or("?")),
+                    kind(w),
                     w["client"].as_str().unwrap_or("?").to_owned(),
                     num(&w["waited_ms"]),
                     num(&w["wait_left_ms"]),
                 ]
             })
             .collect();
-        let head = ["#", "owner", "client", "waited_ms", "wait_left_ms"].map(str::to_owned);
-        let mut width = [0usize; 5];
+        let head = ["#", "owner", "kind", "client", "waited_ms", "wait_left_ms"].map(str::to_owned);
+        let mut width = [0usize; 6];
         for r in std::iter::once(&head).chain(&rows) {
             for (w, cell) in width.iter_mut().zip(r) {
                 *w = (*w).max(cell.chars().count());
@@ -141,11 +164,30 @@ mod tests {
         );
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines[3], "waiters      2");
-        assert_eq!(lines[4], "#  owner      client          waited_ms  wait_left_ms");
-        assert_eq!(lines[5], "1  aaaaaaaa…  127.0.0.1:4000  12         29988");
-        assert_eq!(lines[6], "2  bb…        10.0.0.2:55555  3          997");
+        assert_eq!(lines[4], "#  owner      kind       client          waited_ms  wait_left_ms");
+        assert_eq!(lines[5], "1  aaaaaaaa…  exclusive  127.0.0.1:4000  12         29988");
+        assert_eq!(lines[6], "2  bb…        exclusive  10.0.0.2:55555  3          997");
         let empty = table("k", &serde_json::from_str(r#"{"holder":null,"waiters":[],"domain_time_ms":1}"#).unwrap());
         assert!(empty.contains("holder       none\nwaiters      0\n"), "{empty}");
+    }
+
+    #[test]
+    fn table_lists_every_counted_holder_and_each_waiters_kind() {
+        let v: Value = serde_json::from_str(
+            r#"{"domain_time_ms":5000,
+               "holders":[{"owner_prefix":"aaaa","token":17,"remaining_ms":900,"granted_dt":4100,"slot":0},
+                          {"owner_prefix":"bbbb","token":18,"remaining_ms":950,"granted_dt":4150,"slot":2}],
+               "waiters":[{"owner_prefix":"cc","client":"c:1","waited_ms":1,"wait_left_ms":2,"kind":"shared","n":3},
+                          {"owner_prefix":"dd","client":"c:2","waited_ms":1,"wait_left_ms":2,"kind":"all","keys":["k","m"]}]}"#,
+        )
+        .unwrap();
+        let t = table("k", &v);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[2], "holders      2 counted");
+        assert_eq!(lines[3], "  slot 0      owner aaaa…  token 17  remaining 900 ms  granted at domain time 4100 ms");
+        assert_eq!(lines[4], "  slot 2      owner bbbb…  token 18  remaining 950 ms  granted at domain time 4150 ms");
+        assert_eq!(lines[7], "1  cc…    shared n=3  c:1     1          2");
+        assert_eq!(lines[8], "2  dd…    all k,m     c:2     1          2");
     }
 
     #[test]

@@ -378,10 +378,10 @@ impl TicketBroker {
         self.start(AcquireReq::Exclusive(params)).await
     }
 
-    /// A counted acquire of `key` (docs/protocol.md §3.2, "Counted and
-    /// multi-key grants"): granted while fewer than `n` (1–65535) counted
-    /// holders hold `key` and no exclusive holder does; a semaphore of `n`
-    /// permits. The ticket's [`Ticket::slot`] is a number below `n` that no
+    /// A counted acquire of `key`
+    /// (docs/protocol.md, "Counted and multi-key grants"): granted while
+    /// fewer than `n` (1–65535) counted holders hold `key` and no exclusive
+    /// holder does; a semaphore of `n` permits. The ticket's [`Ticket::slot`] is a number below `n` that no
     /// other current holder of `key` has. Everything else as
     /// [`TicketBroker::acquire`]; `n` 0 is [`Error::InvalidArgument`].
     pub async fn acquire_shared(
@@ -411,8 +411,8 @@ impl TicketBroker {
     }
 
     /// Acquires every key of `keys` at once, exclusively, with ONE token
-    /// (docs/protocol.md §3.2): 2–16 distinct keys, in any order (no
-    /// deadlock whatever the order). One [`Ticket`]; [`Ticket::release`]
+    /// (docs/protocol.md, "Counted and multi-key grants"): 2–16 distinct
+    /// keys, in any order (no deadlock whatever the order). One [`Ticket`]; [`Ticket::release`]
     /// frees every key. Too few or too many keys, a key twice, a bad key, or
     /// keys too long together for one 512-byte request are
     /// [`Error::InvalidArgument`], nothing sent. An Indeterminate end: the

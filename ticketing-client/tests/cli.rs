@@ -311,7 +311,7 @@ async fn locks_prints_holder_and_waiters_following_a_follower_to_the_leader() {
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     assert_eq!(leader_paths.lock().unwrap().as_slice(), ["/locks/seat%2F1"]);
     assert!(r.stdout.contains("owner 01234567…  token 99  remaining 4000 ms"), "{}", r.stdout);
-    assert!(r.stdout.contains("1  aaaaaaaa…  127.0.0.1:4001  50"), "{}", r.stdout);
+    assert!(r.stdout.contains("1  aaaaaaaa…  exclusive  127.0.0.1:4001  50"), "{}", r.stdout);
 
     let (bad, _) = fake_admin("400 Bad Request", r#"{"error":"bad key"}"#.to_owned()).await;
     assert_eq!(ticketing(&["locks", "k", "--admin", &bad], &[]).await.code, Some(64));

@@ -1,4 +1,4 @@
-//! Counted (`S`/`G`) and multi-key (`K`) grants of docs/protocol.md §3.2
+//! Counted (`S`/`G`) and multi-key (`K`) grants of docs/protocol.md, "Counted and multi-key grants"
 //! against a scripted fake server: the frames sent, the tickets made, the
 //! release of every key, the argument rules, and Indeterminate per key.
 

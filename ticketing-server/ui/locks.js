@@ -32,13 +32,25 @@ function notice(body, path) {
   n.hidden = false;
 }
 
+// How a waiter asked: nothing for an exclusive acquire, else its n or its keys.
+function kind(w) {
+  if (w.kind === 'shared') return ' · shared n=' + w.n;
+  if (w.kind === 'all') return ' · all of ' + (w.keys || []).join(' ');
+  return '';
+}
+
 // Redraws the holder and waiters from the last answer, moved on by the time since.
 function draw() {
   if (!last) return;
   const since = Date.now() - last.at;
   const b = last.body;
   const h = b.holder;
-  T.setText('holder-owner', h ? h.owner_prefix : 'nobody holds this key');
+  // Counted holders (a semaphore or readers): every one, with its slot.
+  const all = b.holders || (h ? [h] : []);
+  const owners = all.length > 1 || (h && h.slot != null)
+    ? all.map((x) => x.owner_prefix + ' (slot ' + x.slot + ')').join(', ')
+    : (h ? h.owner_prefix : 'nobody holds this key');
+  T.setText('holder-owner', owners);
   T.setText('holder-token', h ? h.token : null);
   const left = T.setText('holder-left', h ? T.dur(Math.max(0, h.remaining_ms - since)) : null);
   left.dataset.remainingMs = h ? String(Math.max(0, h.remaining_ms - since)) : '';
@@ -47,7 +59,7 @@ function draw() {
   const head = T.el('li', { class: 'head' }, T.el('span', { text: 'owner' }), T.el('span', { class: 'client', text: 'client' }),
     T.el('span', { text: 'waited' }), T.el('span', { text: 'wait left' }));
   const rows = b.waiters.map((w) => T.el('li', { class: 'waiter', 'data-owner-prefix': w.owner_prefix },
-    T.el('span', { class: 'mono owner', text: w.owner_prefix }),
+    T.el('span', { class: 'mono owner', text: w.owner_prefix + kind(w) }),
     T.el('span', { class: 'mono client', text: w.client }),
     T.el('span', { class: 'waited', text: T.dur(w.waited_ms + since) }),
     T.el('span', { class: 'left', text: T.dur(Math.max(0, w.wait_left_ms - since)) })));

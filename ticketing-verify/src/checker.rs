@@ -1,27 +1,43 @@
 //! The checker: reads a run's history and final database and finds
-//! violations of the lock's promises (docs/protocol.md §5, §8, §11):
+//! violations of the lock's promises (docs/protocol.md §5, §8, §11, and the
+//! counted and multi-key grants of docs/protocol.md):
 //!
-//! 1. two owners of a key with overlapping `[grant answer, conservative
-//!    deadline]` windows (a window ends early when its holder calls release);
-//! 2. a token not strictly above the previous grant's on its key, or a token
-//!    decrease across leader changes (a grant whose acquire was called after
-//!    another grant was answered must carry a larger token: one counter per
-//!    domain);
+//! 1. holders of a key that cannot hold it together, with overlapping
+//!    `[grant answer, conservative deadline]` windows (a window ends early
+//!    when its holder calls release): two owners (exclusive holders, `A` or a
+//!    key of a `K`), an exclusive holder beside a counted one, a counted
+//!    grant given while `n` or more counted holders held the key (`n` of its
+//!    own request: requests with different `n` on one key are each granted
+//!    by their own, docs/protocol.md "A key's holders"), two holders of one
+//!    `(key, slot)`, a slot outside `0..n`;
+//! 2. a token not strictly above an earlier grant's on its key (in answer
+//!    order, for every pair of grants of which one is exclusive: two counted
+//!    grants of one commit may be answered in either order), a token decrease
+//!    across leader changes (a grant whose acquire was called after another
+//!    grant was answered must carry a larger token: one counter per domain),
+//!    or one token on two different grants;
 //! 3. an accepted write whose token is not above every earlier accepted one
-//!    on its key (commit order of the database);
+//!    it is fenced against (commit order of the database: an exclusive write
+//!    against every earlier write of its key, a counted write against the
+//!    earlier exclusive writes of its key and those of its `(key, slot)`);
 //! 4. counter ≠ accepted writes;
 //! 5. an acknowledged write lost;
 //! 6. a stale write (issued after its client's conservative deadline) accepted;
-//! 7. no grant within the failover bound after a fault heals.
+//! 7. no grant within the failover bound after a fault heals;
+//! 8. a multi-key ticket that does not hold exactly the keys asked for (a
+//!    partial basket);
+//! 9. a stall: a key not granted for longer than the failover bound while
+//!    acquires of it were waiting and no fault was active (a deadlock of
+//!    multi-key requests shows as one).
 //!
 //! Every comparison is between timestamps of the one system-wide monotonic
 //! clock: no wall clock, no clock skew assumption.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 
 use crate::db::Final;
-use crate::history::Event;
+use crate::history::{keys_of, Event};
 
 /// One row of the table: what happened while a fault ran and until the next.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -53,39 +69,72 @@ pub struct Report {
     pub violations: Vec<String>,
     /// The table rows.
     pub rows: Vec<Row>,
-    /// Grants in the history.
+    /// Grants in the history (a multi-key grant counts once).
     pub grants: u64,
+    /// Counted grants among them.
+    pub counted: u64,
+    /// Multi-key grants among them.
+    pub baskets: u64,
     /// Faults injected.
     pub faults: u64,
-    /// Writes refused by the fence.
+    /// Writes refused by the fence (a multi-key write counts once).
     pub fence_refusals: u64,
-    /// Writes accepted.
+    /// Writes accepted (a multi-key write counts once).
     pub accepted: u64,
 }
 
 #[derive(Debug, Clone)]
 struct Grant {
     client: u32,
-    key: String,
+    /// Every key it holds (one unless multi-key).
+    keys: Vec<String>,
+    /// Multi-key: the keys asked for.
+    want: Vec<String>,
     token: u64,
     call: u64,
     ans: u64,
     dl: u64,
     end: u64,
+    /// Counted: its `n`.
+    n: Option<u16>,
+    slot: Option<u16>,
 }
 
-/// Checks one run. `bound_ns`: the failover bound after a heal; `begin`,
-/// `end`: when the workload started and stopped (a fault healed less than the bound before it
-/// is only checked if a grant came).
+impl Grant {
+    fn key(&self) -> &str {
+        &self.keys[0]
+    }
+
+    fn what(&self) -> String {
+        match (self.n, self.slot) {
+            (Some(n), Some(s)) => format!("token {} (client {}, counted n={n} slot {s})", self.token, self.client),
+            (Some(n), None) => format!("token {} (client {}, counted n={n} no slot)", self.token, self.client),
+            _ if self.keys.len() > 1 => {
+                format!("token {} (client {}, all of {})", self.token, self.client, self.keys.join(","))
+            }
+            _ => format!("token {} (client {})", self.token, self.client),
+        }
+    }
+}
+
+/// Checks one run. `bound_ns`: the failover bound after a heal (and the
+/// longest a waited-for key may go without a grant); `begin`, `end`: when
+/// the workload started and stopped (a fault healed less than the bound
+/// before it is only checked if a grant came).
 pub fn check(events: &[Event], fin: &Final, bound_ns: u64, begin: u64, end: u64) -> Report {
     let mut r = Report::default();
     let grants = grants_of(events);
     r.grants = grants.len() as u64;
-    one_owner_and_token_order(&grants, &mut r);
+    r.counted = grants.iter().filter(|g| g.n.is_some()).count() as u64;
+    r.baskets = grants.iter().filter(|g| !g.want.is_empty()).count() as u64;
+    holders_and_token_order(&grants, &mut r);
     one_token_counter(&grants, &mut r);
+    one_token_per_grant(&grants, &mut r);
+    whole_baskets(&grants, &mut r);
     accepted_in_commit_order(fin, &mut r);
     writes_kept_and_fenced(events, fin, &grants, &mut r);
     fault_table(events, &grants, bound_ns, begin, end, &mut r);
+    stalls(events, &grants, bound_ns, begin, end, &mut r);
     r
 }
 
@@ -101,9 +150,25 @@ fn grants_of(events: &[Event]) -> Vec<Grant> {
     let mut grants: Vec<Grant> = events
         .iter()
         .filter_map(|e| match e {
-            Event::Grant { client, key, token, call, ans, dl } => {
+            Event::Grant { client, key, token, call, ans, dl, keys, want, n, slot } => {
                 let end = releases.get(&(*client, key.clone(), *token)).map_or(*dl, |s| (*s).min(*dl));
-                Some(Grant { client: *client, key: key.clone(), token: *token, call: *call, ans: *ans, dl: *dl, end })
+                let mut all: Vec<String> = keys_of(key, keys).into_iter().map(str::to_owned).collect();
+                // `key` is the first key whatever `keys` says.
+                if all[0] != *key {
+                    all.insert(0, key.clone());
+                }
+                Some(Grant {
+                    client: *client,
+                    keys: all,
+                    want: want.clone(),
+                    token: *token,
+                    call: *call,
+                    ans: *ans,
+                    dl: *dl,
+                    end,
+                    n: *n,
+                    slot: *slot,
+                })
             }
             _ => None,
         })
@@ -112,30 +177,94 @@ fn grants_of(events: &[Event]) -> Vec<Grant> {
     grants
 }
 
-/// 1 and 2, per key: never two owners at once; tokens increase in grant order.
-fn one_owner_and_token_order(grants: &[Grant], r: &mut Report) {
-    let mut by_key: BTreeMap<&str, Vec<&Grant>> = BTreeMap::new();
+/// The grants of each key (a multi-key grant under each of its keys), in answer order.
+fn by_key(grants: &[Grant]) -> BTreeMap<&str, Vec<&Grant>> {
+    let mut m: BTreeMap<&str, Vec<&Grant>> = BTreeMap::new();
     for g in grants {
-        by_key.entry(&g.key).or_default().push(g);
+        let mut seen = BTreeSet::new();
+        for k in &g.keys {
+            if seen.insert(k.as_str()) {
+                m.entry(k.as_str()).or_default().push(g);
+            }
+        }
     }
-    for (key, gs) in &by_key {
-        let mut holder: Option<&Grant> = None;
-        let mut prev: Option<&Grant> = None;
+    m
+}
+
+/// 1 and 2, per key: only compatible holders at once; tokens increase in grant order.
+fn holders_and_token_order(grants: &[Grant], r: &mut Report) {
+    for (key, gs) in &by_key(grants) {
+        let mut active: Vec<&Grant> = Vec::new();
+        // The largest token so far of any grant, and of an exclusive one.
+        let mut max_any: Option<&Grant> = None;
+        let mut max_excl: Option<&Grant> = None;
         for g in gs {
-            if let Some(h) = holder {
-                if g.ans < h.end {
-                    r.violations.push(format!(
-                        "two owners of {key}: token {} (client {}) held until {} ms, token {} (client {}) granted at {} ms",
-                        h.token,
-                        h.client,
-                        h.end / 1_000_000,
-                        g.token,
-                        g.client,
-                        g.ans / 1_000_000
-                    ));
+            active.retain(|h| h.end > g.ans);
+            let ms = g.ans / 1_000_000;
+            match g.n {
+                None => {
+                    for h in &active {
+                        let v = if h.n.is_none() {
+                            format!(
+                                "two owners of {key}: token {} (client {}) held until {} ms, token {} (client {}) granted at {ms} ms",
+                                h.token,
+                                h.client,
+                                h.end / 1_000_000,
+                                g.token,
+                                g.client
+                            )
+                        } else {
+                            format!(
+                                "exclusive and counted holders of {key} at once: {} held until {} ms, exclusive {} granted at {ms} ms",
+                                h.what(),
+                                h.end / 1_000_000,
+                                g.what()
+                            )
+                        };
+                        r.violations.push(v);
+                    }
+                }
+                Some(n) => {
+                    for h in active.iter().filter(|h| h.n.is_none()) {
+                        r.violations.push(format!(
+                            "exclusive and counted holders of {key} at once: exclusive {} held until {} ms, {} granted at {ms} ms",
+                            h.what(),
+                            h.end / 1_000_000,
+                            g.what()
+                        ));
+                    }
+                    let counted: Vec<&&Grant> = active.iter().filter(|h| h.n.is_some()).collect();
+                    let holders = counted.len() + 1;
+                    if holders > usize::from(n) {
+                        let tokens: Vec<String> =
+                            counted.iter().map(|h| h.token.to_string()).chain([g.token.to_string()]).collect();
+                        r.violations.push(format!(
+                            "more counted holders of {key} than n: {holders} at {ms} ms (tokens {}), the last granted {} asked for n = {n}",
+                            tokens.join(","),
+                            g.what()
+                        ));
+                    }
+                    match g.slot {
+                        Some(s) if s >= n => r
+                            .violations
+                            .push(format!("slot {s} of {key} outside 0..{n}: {} granted at {ms} ms", g.what())),
+                        Some(s) => {
+                            for h in counted.iter().filter(|h| h.slot == Some(s)) {
+                                r.violations.push(format!(
+                                    "slot {s} of {key} held twice: {} held until {} ms, {} granted at {ms} ms",
+                                    h.what(),
+                                    h.end / 1_000_000,
+                                    g.what()
+                                ));
+                            }
+                        }
+                        None => r.violations.push(format!("counted grant of {key} without a slot: {}", g.what())),
+                    }
                 }
             }
-            if let Some(p) = prev {
+            // Answer order is token order whenever one of the two is exclusive.
+            let before = if g.n.is_none() { max_any } else { max_excl };
+            if let Some(p) = before {
                 if g.token <= p.token {
                     r.violations.push(format!(
                         "token order on {key}: token {} (client {}) granted after token {} (client {})",
@@ -143,10 +272,13 @@ fn one_owner_and_token_order(grants: &[Grant], r: &mut Report) {
                     ));
                 }
             }
-            prev = Some(g);
-            if !matches!(holder, Some(h) if g.end <= h.end) {
-                holder = Some(g);
+            if !matches!(max_any, Some(x) if x.token >= g.token) {
+                max_any = Some(g);
             }
+            if g.n.is_none() && !matches!(max_excl, Some(x) if x.token >= g.token) {
+                max_excl = Some(g);
+            }
+            active.push(g);
         }
     }
 }
@@ -170,10 +302,10 @@ fn one_token_counter(grants: &[Grant], r: &mut Report) {
                     r.violations.push(format!(
                         "token decrease: token {} on {} (called at {} ms) is not above token {} on {} (answered at {} ms)",
                         g.token,
-                        g.key,
+                        g.key(),
                         g.call / 1_000_000,
                         x.token,
-                        x.key,
+                        x.key(),
                         x.ans / 1_000_000
                     ));
                 }
@@ -182,47 +314,114 @@ fn one_token_counter(grants: &[Grant], r: &mut Report) {
     }
 }
 
-/// 3: accepted writes in commit order, per key.
+/// 2: one token per grant. The same token twice is only the same grant
+/// seen again (one client, the same keys: the owner asked again while the
+/// server still had it as holder).
+fn one_token_per_grant(grants: &[Grant], r: &mut Report) {
+    let mut seen: HashMap<u64, &Grant> = HashMap::new();
+    for g in grants {
+        match seen.get(&g.token) {
+            Some(p) if p.client != g.client || p.keys != g.keys || p.n != g.n => r.violations.push(format!(
+                "one token on two grants: {} on {} and {} on {}",
+                p.what(),
+                p.keys.join(","),
+                g.what(),
+                g.keys.join(",")
+            )),
+            Some(_) => {}
+            None => {
+                seen.insert(g.token, g);
+            }
+        }
+    }
+}
+
+/// 8: a multi-key ticket holds exactly the keys asked for, each once.
+fn whole_baskets(grants: &[Grant], r: &mut Report) {
+    for g in grants.iter().filter(|g| !g.want.is_empty()) {
+        let want: BTreeSet<&str> = g.want.iter().map(String::as_str).collect();
+        let got: BTreeSet<&str> = g.keys.iter().map(String::as_str).collect();
+        if want != got || got.len() != g.keys.len() {
+            r.violations.push(format!(
+                "partial basket: client {} asked for {} and was granted {} with token {}",
+                g.client,
+                g.want.join(","),
+                g.keys.join(","),
+                g.token
+            ));
+        }
+    }
+}
+
+/// 3: accepted writes in commit order, against what each is fenced by: an
+/// exclusive write (slot `None`) every earlier write of its key, a counted
+/// write the earlier exclusive writes of its key and those of its slot.
 fn accepted_in_commit_order(fin: &Final, r: &mut Report) {
-    let mut last: HashMap<&str, u64> = HashMap::new();
-    for (key, token, client) in &fin.writes {
-        if let Some(&p) = last.get(key.as_str()) {
+    let mut last_any: HashMap<&str, u64> = HashMap::new();
+    let mut last_excl: HashMap<&str, u64> = HashMap::new();
+    let mut last_slot: HashMap<(&str, u16), u64> = HashMap::new();
+    for (key, token, client, slot) in &fin.writes {
+        let k = key.as_str();
+        let p = match slot {
+            None => last_any.get(k).copied(),
+            Some(s) => last_excl.get(k).copied().max(last_slot.get(&(k, *s)).copied()),
+        };
+        if let Some(p) = p {
             if *token <= p {
+                let at = slot.map_or(String::new(), |s| format!(" slot {s}"));
                 r.violations.push(format!(
-                    "accepted write on {key} with token {token} (client {client}) after an accepted token {p}"
+                    "accepted write on {key}{at} with token {token} (client {client}) after an accepted token {p}"
                 ));
             }
         }
-        last.insert(key, *token);
+        let up = |m: &mut HashMap<_, u64>, at| {
+            let e = m.entry(at).or_insert(*token);
+            *e = (*e).max(*token);
+        };
+        up(&mut last_any, k);
+        match slot {
+            None => up(&mut last_excl, k),
+            Some(s) => {
+                let e = last_slot.entry((k, *s)).or_insert(*token);
+                *e = (*e).max(*token);
+            }
+        }
     }
 }
 
 /// 4, 5 and 6: no acknowledged write lost, no stale write accepted, no
-/// write with a token never granted; the counters match the writes.
+/// write with a token never granted; the counters match the writes. A
+/// multi-key write is one transaction over every key of its ticket.
 fn writes_kept_and_fenced(events: &[Event], fin: &Final, grants: &[Grant], r: &mut Report) {
-    let grant_of: HashMap<(u32, &str, u64), &Grant> =
-        grants.iter().map(|g| ((g.client, g.key.as_str(), g.token), g)).collect();
+    let mut grant_of: HashMap<(u32, &str, u64), &Grant> = HashMap::new();
+    for g in grants {
+        for k in &g.keys {
+            grant_of.insert((g.client, k.as_str(), g.token), g);
+        }
+    }
     let mut accepted_per_key: BTreeMap<String, u64> = BTreeMap::new();
     let in_db: std::collections::HashSet<(&str, u64, u32)> =
-        fin.writes.iter().map(|(k, t, c)| (k.as_str(), *t, *c)).collect();
+        fin.writes.iter().map(|(k, t, c, _)| (k.as_str(), *t, *c)).collect();
     for e in events {
-        let Event::Write { client, key, token, issued, result, .. } = e else { continue };
+        let Event::Write { client, key, token, issued, result, keys, .. } = e else { continue };
         match result.as_str() {
             "accepted" => {
                 r.accepted += 1;
-                *accepted_per_key.entry(key.clone()).or_default() += 1;
-                if !in_db.contains(&(key.as_str(), *token, *client)) {
-                    r.violations.push(format!("acknowledged write lost: {key} token {token} (client {client})"));
-                }
-                match grant_of.get(&(*client, key.as_str(), *token)) {
-                    Some(g) if *issued > g.dl => r.violations.push(format!(
-                        "stale write accepted: {key} token {token} (client {client}) issued {} ms after its deadline",
-                        (issued - g.dl) / 1_000_000
-                    )),
-                    Some(_) => {}
-                    None => r
-                        .violations
-                        .push(format!("write on {key} with token {token} that client {client} was never granted")),
+                for key in keys_of(key, keys) {
+                    *accepted_per_key.entry(key.to_owned()).or_default() += 1;
+                    if !in_db.contains(&(key, *token, *client)) {
+                        r.violations.push(format!("acknowledged write lost: {key} token {token} (client {client})"));
+                    }
+                    match grant_of.get(&(*client, key, *token)) {
+                        Some(g) if *issued > g.dl => r.violations.push(format!(
+                            "stale write accepted: {key} token {token} (client {client}) issued {} ms after its deadline",
+                            (issued - g.dl) / 1_000_000
+                        )),
+                        Some(_) => {}
+                        None => r
+                            .violations
+                            .push(format!("write on {key} with token {token} that client {client} was never granted")),
+                    }
                 }
             }
             "refused" => r.fence_refusals += 1,
@@ -230,7 +429,7 @@ fn writes_kept_and_fenced(events: &[Event], fin: &Final, grants: &[Grant], r: &m
         }
     }
     let mut db_per_key: BTreeMap<String, u64> = BTreeMap::new();
-    for (k, _, _) in &fin.writes {
+    for (k, _, _, _) in &fin.writes {
         *db_per_key.entry(k.clone()).or_default() += 1;
     }
     for (key, n) in &fin.counters {
@@ -238,6 +437,81 @@ fn writes_kept_and_fenced(events: &[Event], fin: &Final, grants: &[Grant], r: &m
         let rows = db_per_key.get(key).copied().unwrap_or(0);
         if *n != acc || *n != rows {
             r.violations.push(format!("counter of {key} is {n}, accepted writes recorded {acc}, write rows {rows}"));
+        }
+    }
+}
+
+/// 9: per key, a stretch longer than the bound with no grant of the key,
+/// no fault active (from a fault's start to its heal; after a heal rule 7
+/// gives the cluster the bound too) and an acquire of the key waiting from
+/// its start: the earliest waiting request did not progress.
+fn stalls(events: &[Event], grants: &[Grant], bound_ns: u64, begin: u64, end: u64, r: &mut Report) {
+    let mut faults: Vec<(u64, u64)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Fault { start, heal, .. } => Some((*start, (*heal).max(*start))),
+            _ => None,
+        })
+        .collect();
+    faults.sort_unstable();
+    // Every acquire's [call, answer], per key.
+    let mut waits: BTreeMap<&str, Vec<(u64, u64)>> = BTreeMap::new();
+    for e in events {
+        match e {
+            Event::Acquire { key, keys, call, ans, .. } => {
+                for k in keys_of(key, keys) {
+                    waits.entry(k).or_default().push((*call, *ans));
+                }
+            }
+            Event::Grant { key, keys, call, ans, .. } => {
+                for k in keys_of(key, keys) {
+                    waits.entry(k).or_default().push((*call, *ans));
+                }
+            }
+            _ => {}
+        }
+    }
+    let per_key = by_key(grants);
+    for (key, ws) in &waits {
+        let mut points: Vec<u64> = vec![begin];
+        points.extend(per_key.get(key).into_iter().flatten().map(|g| g.ans).filter(|&t| t > begin && t < end));
+        points.push(end);
+        points.sort_unstable();
+        for w in points.windows(2) {
+            let (p, q) = (w[0], w[1]);
+            if q.saturating_sub(p) <= bound_ns {
+                continue;
+            }
+            // The fault-free pieces of (p, q).
+            let mut pieces = Vec::new();
+            let mut a = p;
+            for &(fs, fh) in &faults {
+                if fh <= a || fs >= q {
+                    continue;
+                }
+                if fs > a {
+                    pieces.push((a, fs));
+                }
+                a = a.max(fh);
+            }
+            if a < q {
+                pieces.push((a, q));
+            }
+            for (a, b) in pieces {
+                // From the first moment an acquire of the key waited.
+                let Some(from) = ws.iter().filter(|(c, x)| *x > a && *c < b).map(|(c, _)| (*c).max(a)).min() else {
+                    continue;
+                };
+                if b.saturating_sub(from) > bound_ns {
+                    let n = ws.iter().filter(|(c, x)| *x > from && *c < b).count();
+                    r.violations.push(format!(
+                        "stall on {key}: no grant of it for {} ms ({} ms to {} ms, no fault active) while {n} acquires of it waited",
+                        (b - from) / 1_000_000,
+                        from / 1_000_000,
+                        b / 1_000_000
+                    ));
+                }
+            }
         }
     }
 }

@@ -1,6 +1,11 @@
 //! The history: one JSON object per line, appended by each client process
 //! (`client-<n>.jsonl`) and by the nemesis (`nemesis.jsonl`). Every
 //! timestamp is `CLOCK_MONOTONIC` nanoseconds (`clock::mono_ns`).
+//!
+//! A counted grant (`S … n`) carries its `n` and `slot`; a multi-key grant
+//! (`K`) its `keys` (every key of the ticket, `key` is the first) and `want`
+//! (the keys asked for, in the order sent). Those fields are left out of a
+//! plain exclusive grant's line, so older histories read the same.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -26,12 +31,24 @@ pub enum Event {
         ans: u64,
         /// The ticket's conservative deadline, never later than the client's own.
         dl: u64,
+        /// Multi-key grant: every key the ticket holds (`key` is the first); empty otherwise.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        keys: Vec<String>,
+        /// Multi-key grant: the keys asked for, in the order sent; empty otherwise.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        want: Vec<String>,
+        /// Counted grant: the `n` asked for (at most `n` counted holders); `None`: exclusive.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        n: Option<u16>,
+        /// Counted grant: the slot the server gave (`0..n`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        slot: Option<u16>,
     },
     /// An acquire that returned anything else.
     Acquire {
         /// Client process number.
         client: u32,
-        /// The key.
+        /// The key (a multi-key request: the first).
         key: String,
         /// When `acquire` was called.
         call: u64,
@@ -39,6 +56,12 @@ pub enum Event {
         ans: u64,
         /// `timeout` (T), or the error's code (`busy`, `indeterminate`, …).
         result: String,
+        /// Multi-key request: every key asked for; empty otherwise.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        keys: Vec<String>,
+        /// Counted request: its `n`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        n: Option<u16>,
     },
     /// A holder about to stop itself (the client-pause nemesis).
     Pause {
@@ -50,6 +73,12 @@ pub enum Event {
         token: u64,
         /// Its conservative deadline.
         dl: u64,
+        /// Multi-key grant: every key it holds; empty otherwise.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        keys: Vec<String>,
+        /// Counted grant: its slot.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        slot: Option<u16>,
     },
     /// A fenced write attempt: one transaction with the fence update.
     Write {
@@ -66,12 +95,19 @@ pub enum Event {
         /// `accepted` (committed), `refused` (fence: zero rows), `skipped`
         /// (too close to the deadline, nothing written) or `error`.
         result: String,
+        /// Multi-key grant: every key written in this ONE transaction (`key`
+        /// is the first); empty otherwise.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        keys: Vec<String>,
+        /// Counted grant: the slot fenced (`(key, slot)`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        slot: Option<u16>,
     },
-    /// A release.
+    /// A release (of a multi-key ticket: one event, every key released by it).
     Release {
         /// Client process number.
         client: u32,
-        /// The key.
+        /// The key (a multi-key ticket: its first).
         key: String,
         /// The token released.
         token: u64,
@@ -108,6 +144,15 @@ impl Event {
             | Event::Release { client, .. } => Some(*client),
             Event::Fault { .. } => None,
         }
+    }
+}
+
+/// The keys of an event with `key` and `keys`: `keys` when given, else `key` alone.
+pub fn keys_of<'a>(key: &'a str, keys: &'a [String]) -> Vec<&'a str> {
+    if keys.is_empty() {
+        vec![key]
+    } else {
+        keys.iter().map(String::as_str).collect()
     }
 }
 
@@ -166,11 +211,53 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("client-1.jsonl");
         let _ = std::fs::remove_file(&p);
-        let e = Event::Grant { client: 1, key: "k".into(), token: 5, call: 1, ans: 2, dl: 3 };
+        let e = Event::Grant {
+            client: 1,
+            key: "k".into(),
+            token: 5,
+            call: 1,
+            ans: 2,
+            dl: 3,
+            keys: vec![],
+            want: vec![],
+            n: None,
+            slot: None,
+        };
         let mut r = Recorder::open(&p).unwrap();
         r.record(&e).unwrap();
+        // An exclusive grant's line has none of the counted or multi-key fields.
+        assert_eq!(
+            serde_json::to_string(&e).unwrap(),
+            r#"{"ev":"grant","client":1,"key":"k","token":5,"call":1,"ans":2,"dl":3}"#
+        );
+        let counted = Event::Grant {
+            client: 2,
+            key: "k".into(),
+            token: 6,
+            call: 3,
+            ans: 4,
+            dl: 5,
+            keys: vec![],
+            want: vec![],
+            n: Some(3),
+            slot: Some(1),
+        };
+        let basket = Event::Grant {
+            client: 3,
+            key: "a".into(),
+            token: 7,
+            call: 3,
+            ans: 4,
+            dl: 5,
+            keys: vec!["a".into(), "b".into()],
+            want: vec!["b".into(), "a".into()],
+            n: None,
+            slot: None,
+        };
+        r.record(&counted).unwrap();
+        r.record(&basket).unwrap();
         std::fs::OpenOptions::new().append(true).open(&p).unwrap().write_all(b"{\"ev\":\"gra").unwrap();
-        assert_eq!(load(&dir).unwrap(), vec![e]);
+        assert_eq!(load(&dir).unwrap(), vec![e, counted, basket]);
         std::fs::write(dir.join("bad.jsonl"), "nonsense\n{}\n").unwrap();
         assert!(load(&dir).is_err());
         std::fs::remove_dir_all(&dir).unwrap();

@@ -8,7 +8,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use ticketing_verify::checker::{self, last_line};
 use ticketing_verify::nemesis::Nemesis;
 use ticketing_verify::run::{self, Plan};
-use ticketing_verify::workload::{self, ClientArgs};
+use ticketing_verify::workload::{self, ClientArgs, Workload};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Profile {
@@ -52,9 +52,51 @@ struct Cli {
     /// Soak: the file its table goes into.
     #[arg(long, default_value = "docs/soak-runs.md")]
     report: PathBuf,
-    /// The failover bound after a heal, in seconds.
+    /// The failover bound after a heal, in seconds (also the longest a key
+    /// may go without a grant while acquires of it wait and no fault runs).
     #[arg(long, default_value_t = 15)]
     bound: u64,
+    /// What the clients ask for: `combined` (3 exclusive, 2 semaphore, 2
+    /// read/write, 2 basket and 1 mixed client), or one of `exclusive`,
+    /// `semaphore`, `rw`, `baskets`, `mixed` for every one of --clients.
+    #[arg(long, default_value = "combined", value_parser = parse_workload)]
+    workload: WorkloadArg,
+    /// With a single --workload: how many client processes.
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+}
+
+/// The `combined` workload: every kind of request in one run, on keys that
+/// overlap (baskets take the exclusive keys, the semaphore's and the
+/// read/write lock's).
+const COMBINED: [Workload; 10] = [
+    Workload::Exclusive,
+    Workload::Exclusive,
+    Workload::Exclusive,
+    Workload::Semaphore,
+    Workload::Semaphore,
+    Workload::ReadWrite,
+    Workload::ReadWrite,
+    Workload::Baskets,
+    Workload::Baskets,
+    Workload::Mixed,
+];
+
+/// `--workload`: the combined set or one workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WorkloadArg {
+    Combined,
+    One(Workload),
+}
+
+fn parse_workload(s: &str) -> Result<WorkloadArg, String> {
+    if s == "combined" {
+        return Ok(WorkloadArg::Combined);
+    }
+    Workload::parse(s).map(WorkloadArg::One).ok_or_else(|| {
+        let names: Vec<&str> = Workload::ALL.iter().map(|w| w.name()).collect();
+        format!("unknown workload {s:?}: combined, {}", names.join(", "))
+    })
 }
 
 #[derive(Debug, Subcommand)]
@@ -68,6 +110,8 @@ enum Cmd {
         addrs: Vec<String>,
         #[arg(long, value_delimiter = ',')]
         keys: Vec<String>,
+        #[arg(long, default_value = "exclusive", value_parser = parse_one_workload)]
+        workload: Workload,
         #[arg(long)]
         db: String,
         #[arg(long)]
@@ -83,6 +127,13 @@ enum Cmd {
         #[arg(long)]
         budget_ms: u64,
     },
+}
+
+fn parse_one_workload(s: &str) -> Result<Workload, String> {
+    match parse_workload(s)? {
+        WorkloadArg::One(w) => Ok(w),
+        WorkloadArg::Combined => Err("a client runs one workload".to_owned()),
+    }
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -102,12 +153,15 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(Cmd::Client { id, addrs, keys, db, dir, seed, duration_ms, wait_ms, lease_ms, budget_ms }) = cli.cmd {
+    if let Some(Cmd::Client { id, addrs, keys, workload, db, dir, seed, duration_ms, wait_ms, lease_ms, budget_ms }) =
+        cli.cmd
+    {
         let ms = Duration::from_millis;
         let args = ClientArgs {
             id,
             addrs,
             keys,
+            workload,
             db: ticketing_verify::db::Target::parse(&db),
             dir,
             seed,
@@ -157,12 +211,19 @@ fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
         );
     }
     let bound = Duration::from_secs(cli.bound);
+    let workloads = match cli.workload {
+        WorkloadArg::Combined => COMBINED.to_vec(),
+        WorkloadArg::One(_) if cli.clients == 0 || cli.clients > 64 => {
+            anyhow::bail!("--clients must be 1 to 64, got {}", cli.clients)
+        }
+        WorkloadArg::One(w) => vec![w; cli.clients],
+    };
     let base = Plan {
         nodes: 3,
         seed: cli.seed,
         nemeses: Vec::new(),
         duration: None,
-        clients: 4,
+        workloads,
         keys: 3,
         bound,
         db,
@@ -212,14 +273,26 @@ fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
         let mode = if plan.durable { "durable" } else { "memory" };
         let name = format!("{}-nodes-{mode}-seed-{}", plan.nodes, plan.seed);
         let dir = run::run_dir(cli.dir.as_deref(), &name);
-        println!("== {name}: {} clients, {} keys, history in {}", plan.clients, plan.keys, dir.display());
+        println!(
+            "== {name}: {} clients ({}), {} keys and a semaphore's and a read/write lock's, history in {}",
+            plan.workloads.len(),
+            workload_summary(&plan.workloads),
+            plan.keys,
+            dir.display()
+        );
         let out = rt.block_on(run::run(plan, &server, &dir))?;
         for l in &out.log[out.log.len().saturating_sub(1)..] {
             println!("{l}");
         }
         let table = checker::table(&out.report.rows);
         println!("\n{table}");
-        println!("accepted writes: {}, real duration: {:.1} s", out.report.accepted, out.elapsed.as_secs_f64());
+        println!(
+            "accepted writes: {}, counted grants: {}, multi-key grants: {}, real duration: {:.1} s",
+            out.report.accepted,
+            out.report.counted,
+            out.report.baskets,
+            out.elapsed.as_secs_f64()
+        );
         for e in &out.errors {
             println!("RUN ERROR: {e}");
         }
@@ -241,6 +314,18 @@ fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
     Ok(if v > 0 || failed_runs > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 
+/// `3 exclusive, 2 semaphore, …`, in order of first appearance.
+fn workload_summary(ws: &[Workload]) -> String {
+    let mut parts: Vec<(Workload, usize)> = Vec::new();
+    for w in ws {
+        match parts.iter_mut().find(|(x, _)| x == w) {
+            Some((_, n)) => *n += 1,
+            None => parts.push((*w, 1)),
+        }
+    }
+    parts.iter().map(|(w, n)| format!("{n} {}", w.name())).collect::<Vec<_>>().join(", ")
+}
+
 const BEGIN: &str = "<!-- soak:begin -->";
 const END: &str = "<!-- soak:end -->";
 
@@ -249,9 +334,11 @@ fn write_soak_report(path: &std::path::Path, plan: &Plan, out: &run::Outcome, ta
     let old = std::fs::read_to_string(path).unwrap_or_default();
     let mins = out.elapsed.as_secs_f64() / 60.0;
     let section = format!(
-        "{BEGIN}\nLast soak: {} nodes, seed {}, real duration {:.1} min, {} faults, {} grants, {} accepted writes, \
+        "{BEGIN}\nLast soak: {} nodes, {} clients ({}), seed {}, real duration {:.1} min, {} faults, {} grants, {} accepted writes, \
          {} fence refusals, {} violations{}.\n\nPer fault kind:\n\n{}\nEvery fault in order:\n\n{}\n```text\n{}\n```\n{END}",
         plan.nodes,
+        plan.workloads.len(),
+        workload_summary(&plan.workloads),
         plan.seed,
         mins,
         out.report.faults,

@@ -314,11 +314,12 @@ impl World {
     async fn pause_client(&mut self) -> anyhow::Result<Done> {
         let c = self.rng.index(self.clients.len());
         let history = self.dir.join(format!("client-{c}.jsonl"));
-        let pauses = |h: &std::path::Path| -> Vec<(String, u64, u64)> {
+        type Paused = (String, Vec<String>, Option<u16>, u64, u64);
+        let pauses = |h: &std::path::Path| -> Vec<Paused> {
             let text = std::fs::read_to_string(h).unwrap_or_default();
             text.lines()
                 .filter_map(|l| match serde_json::from_str::<Event>(l) {
-                    Ok(Event::Pause { key, token, dl, .. }) => Some((key, token, dl)),
+                    Ok(Event::Pause { key, keys, slot, token, dl, .. }) => Some((key, keys, slot, token, dl)),
                     _ => None,
                 })
                 .collect()
@@ -338,7 +339,7 @@ impl World {
             }
             sleep(Duration::from_millis(100)).await;
         };
-        let Some((key, token, dl)) = paused else {
+        let Some((key, keys, slot, token, dl)) = paused else {
             let _ = std::fs::remove_file(&trigger);
             anyhow::bail!("client {c} did not reach a grant within 30 s to be paused");
         };
@@ -351,13 +352,23 @@ impl World {
         if !is_stopped(pid) {
             anyhow::bail!("client {c} recorded its pause but is not stopped");
         }
-        // Wait past its deadline until a newer token has written to its key:
+        // Wait past its deadline until a newer token has written where its
+        // write is fenced (its key; a counted holder: its slot or an
+        // exclusive holder of its key; a multi-key holder: any of its keys):
         // only then can the fence tell its write is stale.
         let end = Instant::now() + Duration::from_secs(40);
         let mut hw = 0;
+        let keys = if keys.is_empty() { vec![key.clone()] } else { keys };
         while Instant::now() < end {
-            let (p, k) = (self.db.clone(), key.clone());
-            hw = tokio::task::spawn_blocking(move || crate::db::open(&p)?.high_water(&k)).await??;
+            let (p, ks) = (self.db.clone(), keys.clone());
+            hw = tokio::task::spawn_blocking(move || {
+                let fence = match slot {
+                    Some(s) => crate::db::Fence::Slot(&ks[0], s),
+                    None => crate::db::Fence::Keys(&ks),
+                };
+                crate::db::open(&p)?.high_water(fence)
+            })
+            .await??;
             if mono_ns() > dl + ns(Duration::from_millis(200)) && hw > token {
                 break;
             }
@@ -368,7 +379,9 @@ impl World {
         Ok(Done {
             heal: mono_ns(),
             detail: format!(
-                "client {c} stopped holding {key} token {token} until {stopped_ms} ms past its deadline; fence high water then {hw}"
+                "client {c} stopped holding {}{} token {token} until {stopped_ms} ms past its deadline; fence high water then {hw}",
+                keys.join(","),
+                slot.map_or(String::new(), |s| format!(" slot {s}"))
             ),
         })
     }

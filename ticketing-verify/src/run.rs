@@ -14,6 +14,7 @@ use crate::db;
 use crate::history::{self, Event, Recorder};
 use crate::nemesis::{Nemesis, World};
 use crate::rng::Rng;
+use crate::workload::Workload;
 
 /// Workload parameters shared by every client.
 pub const WAIT: Duration = Duration::from_secs(4);
@@ -33,9 +34,10 @@ pub struct Plan {
     pub nemeses: Vec<Nemesis>,
     /// Soak: keep drawing faults from the seed until this much time passed.
     pub duration: Option<Duration>,
-    /// Workload client processes.
-    pub clients: usize,
-    /// Keys.
+    /// Workload client processes: what each asks for.
+    pub workloads: Vec<Workload>,
+    /// The run's keys (exclusive and basket requests; the semaphore and the
+    /// read/write lock have a key each besides).
     pub keys: usize,
     /// The failover bound after a heal.
     pub bound: Duration,
@@ -73,6 +75,7 @@ fn spawn_client(
         .args(["--id", &id.to_string()])
         .args(["--addrs", &addrs.join(",")])
         .args(["--keys", &keys.join(",")])
+        .args(["--workload", plan.workloads[id].name()])
         .arg("--db")
         .arg(dbp.arg())
         .arg("--dir")
@@ -121,7 +124,7 @@ pub async fn run(plan: &Plan, bin: &Path, dir: &Path) -> anyhow::Result<Outcome>
         None => db::Target::Sqlite(dir.join("counter.sqlite")),
     };
     {
-        let (t, k) = (dbp.clone(), keys.clone());
+        let (t, k) = (dbp.clone(), crate::workload::run_keys(&keys));
         tokio::task::spawn_blocking(move || db::init(&t, &k)).await??;
     }
     let mut rng = Rng::new(plan.seed);
@@ -135,7 +138,7 @@ pub async fn run(plan: &Plan, bin: &Path, dir: &Path) -> anyhow::Result<Outcome>
     }
     let addrs = cluster.client_addrs();
     let mut clients = Vec::new();
-    for id in 0..plan.clients {
+    for id in 0..plan.workloads.len() {
         clients.push(spawn_client(plan, id, &addrs, &keys, dir, &dbp)?);
     }
     let begin = mono_ns();

@@ -1,16 +1,127 @@
 //! One workload client PROCESS (`ticketing-verify client …`, spawned by the
-//! run): a loop of acquire → work → fenced write → release on a few keys,
-//! every step recorded with monotonic timestamps.
+//! run): a loop of acquire → work → fenced write → release, every step
+//! recorded with monotonic timestamps. What it acquires is its
+//! [`Workload`]: exclusive keys, a semaphore, a read/write lock, multi-key
+//! baskets, or a mix of them.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ticketing_client::{Error, TicketBroker};
+use ticketing_client::{Error, Ticket, TicketBroker};
 
 use crate::clock::{mono_ns, ns, to_mono_ns};
 use crate::db;
 use crate::history::{Event, Recorder};
 use crate::rng::Rng;
+
+/// The semaphore's key: counted grants `S … SEM_N`.
+pub const SEM_KEY: &str = "verify-sem";
+/// The semaphore's permits. One `n` per key: holders asking different `n`
+/// of one key are legal, but each holder's own `n` is what the checker holds
+/// the key to.
+pub const SEM_N: u16 = 2;
+/// The read/write lock's key: readers `S … 65535`, writers `A`.
+pub const RW_KEY: &str = "verify-rw";
+/// A reader's `n` (docs/protocol.md: a read lock is `S … 65535`).
+pub const READ_N: u16 = ticketing_proto::limits::MAX_PERMITS;
+/// Of the read/write lock's requests, this many per mille are writers.
+pub const WRITERS_PERMILLE: u64 = 250;
+
+/// What a client process asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// `A` on one of the run's keys (the classic workload).
+    Exclusive,
+    /// `S … 2` on the semaphore key.
+    Semaphore,
+    /// Readers (`S … 65535`) and writers (`A`) on the read/write key.
+    ReadWrite,
+    /// `K` of 2–3 of the run's keys, in a random order each time (baskets
+    /// overlap: a deadlock would show as a stall).
+    Baskets,
+    /// Each iteration one of the four, baskets drawn from every key
+    /// (the run's keys, the semaphore's and the read/write lock's).
+    Mixed,
+}
+
+impl Workload {
+    /// Every workload.
+    pub const ALL: [Workload; 5] =
+        [Workload::Exclusive, Workload::Semaphore, Workload::ReadWrite, Workload::Baskets, Workload::Mixed];
+
+    /// Its name (`--workload`, the client's command line).
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Exclusive => "exclusive",
+            Workload::Semaphore => "semaphore",
+            Workload::ReadWrite => "rw",
+            Workload::Baskets => "baskets",
+            Workload::Mixed => "mixed",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<Workload> {
+        Workload::ALL.into_iter().find(|w| w.name() == s)
+    }
+}
+
+/// Every key a run's clients may touch (the counter table's rows): the
+/// run's keys, then the semaphore's and the read/write lock's.
+pub fn run_keys(keys: &[String]) -> Vec<String> {
+    keys.iter().cloned().chain([SEM_KEY.to_owned(), RW_KEY.to_owned()]).collect()
+}
+
+/// One request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// `A key`.
+    Exclusive(String),
+    /// `S key n`.
+    Counted(String, u16),
+    /// `K keys…`, in this order.
+    All(Vec<String>),
+}
+
+impl Op {
+    /// The first key.
+    fn key(&self) -> &str {
+        match self {
+            Op::Exclusive(k) | Op::Counted(k, _) => k,
+            Op::All(ks) => &ks[0],
+        }
+    }
+}
+
+/// The next request of workload `w` over the run's `keys`.
+pub fn pick(w: Workload, keys: &[String], rng: &mut Rng) -> Op {
+    let basket = |pool: Vec<String>, rng: &mut Rng| {
+        let mut pool = pool;
+        rng.shuffle(&mut pool);
+        let size = 2 + rng.index(pool.len().min(3) - 1);
+        pool.truncate(size);
+        Op::All(pool)
+    };
+    match w {
+        Workload::Exclusive => Op::Exclusive(keys[rng.index(keys.len())].clone()),
+        Workload::Semaphore => Op::Counted(SEM_KEY.to_owned(), SEM_N),
+        Workload::ReadWrite if rng.chance(WRITERS_PERMILLE) => Op::Exclusive(RW_KEY.to_owned()),
+        Workload::ReadWrite => Op::Counted(RW_KEY.to_owned(), READ_N),
+        Workload::Baskets => {
+            let mut pool = keys.to_vec();
+            if pool.len() < 2 {
+                pool = run_keys(keys);
+            }
+            basket(pool, rng)
+        }
+        Workload::Mixed => match rng.index(4) {
+            0 => pick(Workload::Exclusive, keys, rng),
+            1 => pick(Workload::Semaphore, keys, rng),
+            2 => pick(Workload::ReadWrite, keys, rng),
+            _ => basket(run_keys(keys), rng),
+        },
+    }
+}
 
 /// A normal holder writes only with at least this much of its conservative
 /// deadline left once it holds the database's write lock; the rest is the
@@ -24,8 +135,11 @@ pub struct ClientArgs {
     pub id: u32,
     /// Client addresses of every node.
     pub addrs: Vec<String>,
-    /// The keys it works on.
+    /// The run's keys (exclusive and basket requests; the semaphore and
+    /// the read/write lock have keys of their own).
     pub keys: Vec<String>,
+    /// What it asks for.
+    pub workload: Workload,
     /// The SQLite file.
     pub db: db::Target,
     /// The run directory (history, pause triggers).
@@ -59,10 +173,24 @@ pub fn run(a: ClientArgs) -> anyhow::Result<()> {
     rt.block_on(broker.wait_ready(Duration::from_secs(10)));
     let stop = a.dir.join("stop");
     while Instant::now() < end && !stop.exists() {
-        let key = a.keys[rng.index(a.keys.len())].clone();
+        let op = pick(a.workload, &a.keys, &mut rng);
         let call = mono_ns();
-        let r = rt.block_on(broker.acquire(&key, a.wait, a.lease, a.budget));
+        let r = rt.block_on(async {
+            match &op {
+                Op::Exclusive(k) => broker.acquire(k, a.wait, a.lease, a.budget).await,
+                Op::Counted(k, n) => broker.acquire_shared(k, *n, a.wait, a.lease, a.budget).await,
+                Op::All(ks) => {
+                    let ks: Vec<&str> = ks.iter().map(String::as_str).collect();
+                    broker.acquire_all(&ks, a.wait, a.lease, a.budget).await
+                }
+            }
+        });
         let ans = mono_ns();
+        let (want, n) = match &op {
+            Op::Exclusive(_) => (vec![], None),
+            Op::Counted(_, n) => (vec![], Some(*n)),
+            Op::All(ks) => (ks.clone(), None),
+        };
         let ticket = match r {
             Ok(Some(t)) => t,
             other => {
@@ -70,7 +198,8 @@ pub fn run(a: ClientArgs) -> anyhow::Result<()> {
                     Ok(_) => "timeout".to_owned(),
                     Err(e) => e.code().to_owned(),
                 };
-                rec.record(&Event::Acquire { client: a.id, key, call, ans, result })?;
+                let key = op.key().to_owned();
+                rec.record(&Event::Acquire { client: a.id, key, call, ans, result, keys: want, n })?;
                 if matches!(other, Err(Error::Unavailable | Error::Busy | Error::Closed)) {
                     std::thread::sleep(Duration::from_millis(rng.range(50, 150)));
                 }
@@ -79,30 +208,23 @@ pub fn run(a: ClientArgs) -> anyhow::Result<()> {
         };
         let token = ticket.token();
         let dl = to_mono_ns(ticket.deadline());
-        rec.record(&Event::Grant { client: a.id, key: key.clone(), token, call, ans, dl })?;
-        // The work: a short pause while holding.
-        std::thread::sleep(Duration::from_millis(rng.range(10, 120)));
-        let trigger = pause_trigger(&a.dir, a.id);
-        let paused = trigger.exists();
-        if paused {
-            // The client-pause nemesis: this holder has checked its lease
-            // (it is alive) and now stops like a process in a long GC pause,
-            // until the nemesis sends SIGCONT; then it writes WITHOUT
-            // checking again. The fence must refuse that write.
-            let _ = std::fs::remove_file(&trigger);
-            rec.record(&Event::Pause { client: a.id, key: key.clone(), token, dl })?;
-            nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP)?;
-        }
-        let outcome = conn.fenced_write(&key, token, a.id, |issued| paused || issued + ns(WRITE_MARGIN) <= dl);
-        let done = mono_ns();
-        let (issued, result) = match outcome {
-            Ok((issued, r)) => (issued, r.name().to_owned()),
-            Err(e) => {
-                eprintln!("client {}: write {key} {token}: {e}", a.id);
-                (done, "error".to_owned())
-            }
-        };
-        rec.record(&Event::Write { client: a.id, key: key.clone(), token, issued, done, result })?;
+        let key = ticket.key().to_owned();
+        let slot = ticket.slot();
+        // A multi-key ticket records every key it holds, beside what was asked.
+        let keys = if want.is_empty() { vec![] } else { ticket.keys().to_vec() };
+        rec.record(&Event::Grant {
+            client: a.id,
+            key: key.clone(),
+            token,
+            call,
+            ans,
+            dl,
+            keys: keys.clone(),
+            want,
+            n,
+            slot,
+        })?;
+        hold(&a, &mut rng, &mut rec, &mut conn, &ticket, n, &keys)?;
         let start = mono_ns();
         let r = rt.block_on(ticket.release());
         let end_t = mono_ns();
@@ -115,4 +237,104 @@ pub fn run(a: ClientArgs) -> anyhow::Result<()> {
     }
     rt.block_on(broker.close());
     Ok(())
+}
+
+/// The holder's part: work, maybe the client-pause nemesis, the fenced
+/// write (an exclusive holder fences its key or every key of its basket, a
+/// counted holder its `(key, slot)`), all recorded.
+fn hold(
+    a: &ClientArgs,
+    rng: &mut Rng,
+    rec: &mut Recorder,
+    conn: &mut db::Conn,
+    ticket: &Ticket,
+    n: Option<u16>,
+    keys: &[String],
+) -> anyhow::Result<()> {
+    let token = ticket.token();
+    let dl = to_mono_ns(ticket.deadline());
+    let key = ticket.key().to_owned();
+    let slot = ticket.slot();
+    // The work: a short pause while holding.
+    std::thread::sleep(Duration::from_millis(rng.range(10, 120)));
+    let trigger = pause_trigger(&a.dir, a.id);
+    let paused = trigger.exists();
+    if paused {
+        // The client-pause nemesis: this holder has checked its lease
+        // (it is alive) and now stops like a process in a long GC pause,
+        // until the nemesis sends SIGCONT; then it writes WITHOUT
+        // checking again. The fence must refuse that write.
+        let _ = std::fs::remove_file(&trigger);
+        rec.record(&Event::Pause { client: a.id, key: key.clone(), token, dl, keys: keys.to_vec(), slot })?;
+        nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP)?;
+    }
+    let fence = match (n, slot) {
+        (Some(_), Some(s)) => db::Fence::Slot(&key, s),
+        (Some(_), None) => anyhow::bail!("a counted grant of {key} (token {token}) came without a slot"),
+        (None, _) => db::Fence::Keys(ticket.keys()),
+    };
+    let outcome = conn.fenced_write(fence, token, a.id, |issued| paused || issued + ns(WRITE_MARGIN) <= dl);
+    let done = mono_ns();
+    let (issued, result) = match outcome {
+        Ok((issued, r)) => (issued, r.name().to_owned()),
+        Err(e) => {
+            eprintln!("client {}: write {key} {token}: {e}", a.id);
+            (done, "error".to_owned())
+        }
+    };
+    rec.record(&Event::Write { client: a.id, key, token, issued, done, result, keys: keys.to_vec(), slot })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_are_refused() {
+        for w in Workload::ALL {
+            assert_eq!(Workload::parse(w.name()), Some(w));
+        }
+        assert_eq!(Workload::parse("combined"), None);
+        assert_eq!(Workload::parse(""), None);
+    }
+
+    #[test]
+    fn each_workload_asks_for_what_it_says() {
+        let keys: Vec<String> = (0..3).map(|k| format!("verify-key-{k}")).collect();
+        let all = run_keys(&keys);
+        let mut rng = Rng::new(7);
+        let (mut writers, mut readers, mut sizes, mut firsts) = (0, 0, BTreeSet::new(), BTreeSet::new());
+        for _ in 0..2000 {
+            match pick(Workload::Exclusive, &keys, &mut rng) {
+                Op::Exclusive(k) => assert!(keys.contains(&k)),
+                op => panic!("exclusive asked {op:?}"),
+            }
+            assert_eq!(pick(Workload::Semaphore, &keys, &mut rng), Op::Counted(SEM_KEY.into(), SEM_N));
+            match pick(Workload::ReadWrite, &keys, &mut rng) {
+                Op::Exclusive(k) if k == RW_KEY => writers += 1,
+                Op::Counted(k, n) if k == RW_KEY && n == 65535 => readers += 1,
+                op => panic!("rw asked {op:?}"),
+            }
+            match pick(Workload::Baskets, &keys, &mut rng) {
+                Op::All(ks) => {
+                    let distinct: BTreeSet<&String> = ks.iter().collect();
+                    assert_eq!(distinct.len(), ks.len(), "{ks:?}");
+                    assert!(ks.iter().all(|k| keys.contains(k)), "{ks:?}");
+                    sizes.insert(ks.len());
+                    firsts.insert(ks[0].clone());
+                }
+                op => panic!("baskets asked {op:?}"),
+            }
+            if let Op::All(ks) = pick(Workload::Mixed, &keys, &mut rng) {
+                assert!(ks.len() >= 2 && ks.iter().all(|k| all.contains(k)), "{ks:?}");
+            }
+        }
+        // About one writer in four; baskets of 2 and 3 keys in every order.
+        assert!((400..600).contains(&writers), "{writers} writers, {readers} readers");
+        assert_eq!(sizes, BTreeSet::from([2, 3]));
+        assert_eq!(firsts.len(), 3);
+    }
 }

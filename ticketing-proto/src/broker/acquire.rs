@@ -11,14 +11,14 @@ impl Broker {
         self.start_acquire(now, p.key.clone(), AcquireKind::Exclusive, p.wait, p.lease, p.budget)
     }
 
-    /// Starts a counted acquire (`S … n`, docs/protocol.md §3.2): like
+    /// Starts a counted acquire (`S … n`, docs/protocol.md, "Counted and multi-key grants"): like
     /// [`Broker::acquire`], answered with a grant that has a slot.
     pub fn acquire_shared(&mut self, now: Instant, params: &SharedParams) -> OpId {
         let p = params;
         self.start_acquire(now, p.key.clone(), AcquireKind::Shared { n: p.n }, p.wait, p.lease, p.budget)
     }
 
-    /// Starts a multi-key acquire (`K`, docs/protocol.md §3.2): like
+    /// Starts a multi-key acquire (`K`, docs/protocol.md, "Counted and multi-key grants"): like
     /// [`Broker::acquire`], one grant (one token) for every key. An
     /// Indeterminate end queries and releases every key through the lane.
     pub fn acquire_all(&mut self, now: Instant, params: &AllParams) -> OpId {

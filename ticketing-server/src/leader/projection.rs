@@ -86,6 +86,17 @@ pub enum Grant {
         /// A counted holder's slot.
         slot: Option<u16>,
     },
+    /// Its release or expiry is being committed: no longer a holder the
+    /// key's waiters wait for, nor one a new request conflicts with. It
+    /// counts toward `--max-held-keys` until the command commits unless
+    /// the command hands the key over (`counted: false`: the next holder
+    /// takes its place), so a failure that puts it back never exceeds the cap.
+    Freeing {
+        /// Its fencing token.
+        token: Token,
+        /// Still counted as held.
+        counted: bool,
+    },
 }
 
 impl Holding {
@@ -112,25 +123,35 @@ impl Holding {
         Holding::until(owner, token, granted_dt, slot, now + Duration::from_secs(u64::from(lease)))
     }
 
-    /// Whether this is the committed grant `(owner, token)`.
+    /// Whether this is the committed grant `(owner, token)` (not one being freed).
     pub fn is(&self, owner: &Owner, token: Token) -> bool {
-        self.owner == *owner && self.token() == Some(token)
+        self.owner == *owner && matches!(self.grant, Grant::Committed { token: t, .. } if t == token)
     }
 
-    /// The token, once committed.
+    /// The token, once committed (also while being freed).
     pub fn token(&self) -> Option<Token> {
         match self.grant {
-            Grant::Committed { token, .. } => Some(token),
+            Grant::Committed { token, .. } | Grant::Freeing { token, .. } => Some(token),
             Grant::Committing => None,
         }
     }
 
-    /// The lease end, once committed.
+    /// The lease end, once committed (none while being freed).
     pub fn deadline(&self) -> Option<Instant> {
         match self.grant {
             Grant::Committed { deadline, .. } => Some(deadline),
-            Grant::Committing => None,
+            Grant::Committing | Grant::Freeing { .. } => None,
         }
+    }
+
+    /// A holder waiters and requests must reckon with (not one being freed).
+    pub fn holds(&self) -> bool {
+        !matches!(self.grant, Grant::Freeing { .. })
+    }
+
+    /// Counts toward `--max-held-keys`.
+    fn counts(&self) -> bool {
+        !matches!(self.grant, Grant::Freeing { counted: false, .. })
     }
 }
 
@@ -247,9 +268,14 @@ impl Projection {
         self.keys.get(key).map_or(0, KeyState::live)
     }
 
-    /// The projected holders of `key` (empty: free).
+    /// The projected holders of `key`, those being freed included.
     pub fn holders(&self, key: &Key) -> &[Holding] {
         self.keys.get(key).map_or(&[], |ks| &ks.holders)
+    }
+
+    /// Whether `key` has no holder (one being freed does not count).
+    pub fn is_free(&self, key: &Key) -> bool {
+        !self.holders(key).iter().any(Holding::holds)
     }
 
     /// Whether a request of `kind` is compatible with the projected holders
@@ -257,10 +283,17 @@ impl Projection {
     /// multi-key requests only on a free key; a counted one when every
     /// holder is counted and fewer than `n` hold.
     pub fn compatible(&self, key: &Key, kind: &GrantKind) -> bool {
-        let holders = self.holders(key);
+        let mut holders = self.holders(key).iter().filter(|h| h.holds());
         match kind {
-            GrantKind::Exclusive | GrantKind::All { .. } => holders.is_empty(),
-            GrantKind::Shared { n } => holders.len() < usize::from(*n) && holders.iter().all(|h| h.shared),
+            GrantKind::Exclusive | GrantKind::All { .. } => holders.next().is_none(),
+            GrantKind::Shared { n } => {
+                let (mut count, mut shared) = (0, true);
+                for h in holders {
+                    count += 1;
+                    shared &= h.shared;
+                }
+                shared && count < usize::from(*n)
+            }
         }
     }
 
@@ -304,9 +337,9 @@ impl Projection {
     /// earliest lease end of its committed holders, or disarmed when none.
     fn update_holders(&mut self, key: &Key, f: impl FnOnce(&mut Vec<Holding>)) {
         let ks = self.keys.entry(key.clone()).or_default();
-        let before = ks.holders.len();
+        let before = ks.holders.iter().filter(|h| h.counts()).count();
         f(&mut ks.holders);
-        let after = ks.holders.len();
+        let after = ks.holders.iter().filter(|h| h.counts()).count();
         self.held = self.held + after - before;
         match ks.holders.iter().filter_map(Holding::deadline).min() {
             Some(at) => self.timers.set(TimerKind::Lease(key.clone()), at),
@@ -334,9 +367,21 @@ impl Projection {
         });
     }
 
-    /// Removes the committed grant `(owner, token)` of `key`, if there.
+    /// Removes the grant `(owner, token)` of `key` (committed or being
+    /// freed), if there.
     pub fn remove_holder(&mut self, key: &Key, owner: &Owner, token: Token) {
-        self.update_holders(key, |hs| hs.retain(|h| !h.is(owner, token)));
+        self.update_holders(key, |hs| hs.retain(|h| !(h.owner == *owner && h.token() == Some(token))));
+    }
+
+    /// Marks the committed grant `(owner, token)` of `key` as being freed
+    /// (its release or expiry is proposed); `counted`: whether it still
+    /// counts toward `--max-held-keys` (see [`Grant::Freeing`]).
+    pub fn mark_freeing(&mut self, key: &Key, owner: &Owner, token: Token, counted: bool) {
+        self.update_holders(key, |hs| {
+            for h in hs.iter_mut().filter(|h| h.owner == *owner && h.token() == Some(token)) {
+                h.grant = Grant::Freeing { token, counted };
+            }
+        });
     }
 
     /// Removes the grant of `owner` being committed on `key`, if there.
@@ -521,7 +566,7 @@ impl Projection {
                     granted_dt,
                     slot,
                 }),
-                Grant::Committing => None,
+                Grant::Committing | Grant::Freeing { .. } => None,
             })
             .collect();
         holders.sort_by_key(|h| h.slot);
@@ -557,15 +602,17 @@ impl Projection {
     /// Checks every counter against a recount, and every timer against what
     /// it belongs to (tests; also the fuzz target, through [`super::Leader::check`]).
     pub fn check(&self) {
-        assert_eq!(self.held, self.keys.values().map(|k| k.holders.len()).sum::<usize>(), "held");
+        let counted = |k: &KeyState| k.holders.iter().filter(|h| h.counts()).count();
+        assert_eq!(self.held, self.keys.values().map(counted).sum::<usize>(), "held");
         let per_key: usize = self.waiters.values().map(|w| w.keys().len()).sum();
         assert_eq!(self.total_waiters, per_key, "total_waiters");
         assert_eq!(self.total_waiters, self.keys.values().map(KeyState::live).sum::<usize>(), "live");
         assert_eq!(self.waiters.len(), self.by_conn.values().map(HashSet::len).sum::<usize>(), "by_conn");
         for (key, ks) in &self.keys {
             assert_eq!(self.contention.waiters(key), ks.live(), "contention of {key:?}");
-            let exclusive = ks.holders.iter().filter(|h| !h.shared).count();
-            assert!(exclusive == 0 || ks.holders.len() == 1, "an exclusive holder of {key} beside another");
+            let holding: Vec<_> = ks.holders.iter().filter(|h| h.holds()).collect();
+            let exclusive = holding.iter().filter(|h| !h.shared).count();
+            assert!(exclusive == 0 || holding.len() == 1, "an exclusive holder of {key} beside another");
         }
         assert_eq!(self.contention.keys(), self.keys.values().filter(|ks| ks.live() > 0).count(), "contended keys");
         for (key, ks) in &self.keys {
@@ -594,226 +641,4 @@ impl Projection {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    use crate::test_fields::{k, o};
-    fn waiter(conn: u64, id: u64, key: &str, at: Instant) -> Waiter {
-        Waiter {
-            conn: ConnId(conn),
-            id: RequestId(id),
-            key: k(key),
-            owner: o("w"),
-            lease: 5,
-            read_at: at,
-            wait_until: at + Duration::from_secs(10),
-            kind: GrantKind::Exclusive,
-        }
-    }
-
-    #[test]
-    fn fifo_order_and_counts() {
-        let now = crate::test_fields::t0();
-        let mut p = Projection::new();
-        for id in 1..=3 {
-            p.enqueue(waiter(1, id, "a", now), true);
-        }
-        p.enqueue(waiter(2, 9, "b", now), true);
-        assert_eq!((p.waiters(), p.queued(&k("a")), p.queued(&k("b"))), (4, 3, 1));
-        assert_eq!(p.pop_head(&k("a")).map(|w| w.id), Some(RequestId(1)));
-        let back = p.pop_head(&k("a")).unwrap();
-        p.requeue_front(back);
-        assert_eq!(p.pop_head(&k("a")).map(|w| w.id), Some(RequestId(2)));
-        assert_eq!(p.pop_head(&k("a")).map(|w| w.id), Some(RequestId(3)));
-        assert!(p.pop_head(&k("a")).is_none());
-        p.check();
-        assert_eq!(p.waiters(), 1);
-    }
-
-    #[test]
-    fn removed_waiters_are_skipped_and_idle_keys_forgotten() {
-        let now = crate::test_fields::t0();
-        let mut p = Projection::new();
-        let w1 = p.enqueue(waiter(1, 1, "a", now), true);
-        p.enqueue(waiter(2, 2, "a", now), true);
-        assert_eq!(p.remove_waiter(w1).map(|w| w.id), Some(RequestId(1)));
-        assert!(p.remove_waiter(w1).is_none(), "a waiter is removed once");
-        assert_eq!(p.remove_conn_waiters(ConnId(2)).len(), 1);
-        p.check();
-        assert_eq!(p.lock_info(&k("a"), now, &|_| String::new()), LockInfo::default());
-        assert!(p.keys.is_empty(), "idle key kept");
-    }
-
-    #[test]
-    fn holder_counts_and_lock_info() {
-        let now = crate::test_fields::t0();
-        let mut p = Projection::new();
-        let owner = o("0123456789abcdef0123456789abcdef");
-        p.add_holder(&k("a"), Holding::committing(owner.clone(), false));
-        assert_eq!(p.held(), 1);
-        let none = |_| String::new();
-        assert!(p.lock_info(&k("a"), now, &none).holder.is_none(), "a grant in flight is not shown");
-        let t = Token::new(7).unwrap();
-        let h = Holding::committed(owner.clone(), t, 3, 4_000, None, now);
-        p.commit_holder(&k("a"), &owner, h);
-        assert_eq!(p.held(), 1, "committing a holder keeps the count");
-        let info = p.lock_info(&k("a"), now + Duration::from_secs(1), &none);
-        let want =
-            HolderInfo { owner_prefix: "01234567".into(), token: t, remaining_ms: 2000, granted_dt: 4_000, slot: None };
-        assert_eq!(info.holder, Some(want.clone()));
-        assert_eq!(info.holders, vec![want]);
-        p.remove_holder(&k("a"), &owner, t);
-        p.set_holders(&k("zzz"), Vec::new());
-        assert_eq!(p.held(), 0);
-        p.check();
-        // Counted holders: one lease timer per key, at the earliest end.
-        let (t1, t2) = (Token::new(8).unwrap(), Token::new(9).unwrap());
-        p.add_holder(&k("s"), Holding::committed(o("r1"), t1, 9, 0, Some(0), now));
-        p.add_holder(&k("s"), Holding::committed(o("r2"), t2, 3, 0, Some(1), now));
-        assert_eq!(p.held(), 2);
-        assert_eq!(p.timers().get(&TimerKind::Lease(k("s"))), Some(now + Duration::from_secs(3)));
-        let slots: Vec<_> = p.lock_info(&k("s"), now, &none).holders.iter().map(|h| h.slot).collect();
-        assert_eq!(slots, vec![Some(0), Some(1)]);
-        assert!(p.compatible(&k("s"), &GrantKind::Shared { n: 3 }));
-        assert!(!p.compatible(&k("s"), &GrantKind::Shared { n: 2 }));
-        assert!(!p.compatible(&k("s"), &GrantKind::Exclusive));
-        p.remove_holder(&k("s"), &o("r2"), t2);
-        assert_eq!(p.timers().get(&TimerKind::Lease(k("s"))), Some(now + Duration::from_secs(9)));
-        p.check();
-    }
-
-    #[test]
-    fn lock_info_lists_waiters_in_fifo_order_with_prefixes_only() {
-        let now = crate::test_fields::t0();
-        let mut p = Projection::new();
-        let owners = ["aaaaaaaa11111111", "bbbbbbbb22222222", "cccccccc33333333", "dd"];
-        let mut ids = Vec::new();
-        for (i, owner) in owners.iter().enumerate() {
-            let mut w = waiter(i as u64 + 1, i as u64, "a", now + Duration::from_millis(10 * i as u64));
-            w.owner = o(owner);
-            ids.push(p.enqueue(w, true));
-        }
-        p.remove_waiter(ids[1]);
-        let back = p.pop_head(&k("a")).unwrap();
-        p.requeue_front(back);
-        let client = |c: ConnId| format!("10.0.0.{}:999", c.0);
-        let info = p.lock_info(&k("a"), now + Duration::from_millis(100), &client);
-        let got: Vec<_> = info
-            .waiters
-            .iter()
-            .map(|w| (w.owner_prefix.as_str(), w.client.as_str(), w.waited_ms, w.wait_left_ms))
-            .collect();
-        assert_eq!(
-            got,
-            vec![
-                ("aaaaaaaa", "10.0.0.1:999", 100, 9_900),
-                ("cccccccc", "10.0.0.3:999", 80, 9_920),
-                ("d", "10.0.0.4:999", 70, 9_930),
-            ]
-        );
-        let text = serde_json::to_string(&info).unwrap();
-        for owner in owners {
-            assert!(!text.contains(owner), "full owner {owner} in {text}");
-        }
-    }
-
-    #[test]
-    fn many_timed_out_waiters_are_compacted() {
-        let now = crate::test_fields::t0();
-        let mut p = Projection::new();
-        let ids: Vec<_> = (0..200).map(|i| p.enqueue(waiter(1, i, "a", now), true)).collect();
-        for wid in &ids[..190] {
-            p.remove_waiter(*wid);
-        }
-        assert!(p.keys[&k("a")].rare.as_ref().unwrap().queue.len() <= 2 * 10 + 32 + 1, "queue not compacted");
-        p.check();
-    }
-
-    #[derive(Debug, Clone)]
-    enum Op {
-        Enqueue { conn: u64, key: u8 },
-        Requeue { conn: u64, key: u8 },
-        PopHead { key: u8 },
-        Remove { nth: usize },
-        LeaveConn { conn: u64 },
-        Hold { key: u8 },
-        Free { key: u8 },
-        Busy { key: u8, busy: bool },
-        Clear,
-    }
-
-    fn op() -> impl Strategy<Value = Op> {
-        prop_oneof![
-            4 => (0..4u64, 0..4u8).prop_map(|(conn, key)| Op::Enqueue { conn, key }),
-            1 => (0..4u64, 0..4u8).prop_map(|(conn, key)| Op::Requeue { conn, key }),
-            2 => (0..4u8).prop_map(|key| Op::PopHead { key }),
-            2 => (0..64usize).prop_map(|nth| Op::Remove { nth }),
-            1 => (0..4u64).prop_map(|conn| Op::LeaveConn { conn }),
-            2 => (0..4u8).prop_map(|key| Op::Hold { key }),
-            2 => (0..4u8).prop_map(|key| Op::Free { key }),
-            1 => (0..4u8, any::<bool>()).prop_map(|(key, busy)| Op::Busy { key, busy }),
-            1 => Just(Op::Clear),
-        ]
-    }
-
-    proptest! {
-        /// Whatever the sequence, the counters match a recount and FIFO order holds.
-        #[test]
-        fn counters_stay_in_step(ops in proptest::collection::vec(op(), 1..200)) {
-            let now = crate::test_fields::t0();
-            let mut p = Projection::new();
-            let mut ids = Vec::new();
-            let mut next_req = 0u64;
-            for op in ops {
-                let key = |n: u8| k(&format!("k{n}"));
-                match op {
-                    Op::Enqueue { conn, key: n } => {
-                        next_req += 1;
-                        let mut w = waiter(conn, next_req, "x", now);
-                        w.key = key(n);
-                        ids.push(p.enqueue(w, true));
-                    }
-                    Op::Requeue { conn, key: n } => {
-                        next_req += 1;
-                        let mut w = waiter(conn, next_req, "x", now);
-                        w.key = key(n);
-                        let wid = p.requeue_front(w);
-                        prop_assert_eq!(p.keys[&key(n)].rare.as_ref().unwrap().queue.front(), Some(&wid));
-                        ids.push(wid);
-                    }
-                    Op::PopHead { key: n } => {
-                        let before: Vec<_> = p.keys.get(&key(n)).and_then(|ks| ks.rare.as_ref()).map(|q| q.queue.iter()
-                            .filter_map(|id| p.waiters.get(id).map(|w| w.id)).collect()).unwrap_or_default();
-                        let got = p.pop_head(&key(n)).map(|w| w.id);
-                        prop_assert_eq!(got, before.first().copied());
-                    }
-                    Op::Remove { nth } => {
-                        if let Some(wid) = ids.get(nth % ids.len().max(1)).copied() {
-                            p.remove_waiter(wid);
-                        }
-                    }
-                    Op::LeaveConn { conn } => {
-                        let gone = p.remove_conn_waiters(ConnId(conn));
-                        prop_assert!(gone.iter().all(|w| w.conn == ConnId(conn)));
-                    }
-                    Op::Hold { key: n } => {
-                        if p.holders(&key(n)).is_empty() {
-                            p.add_holder(&key(n), Holding::committing(o("h"), false));
-                        }
-                    }
-                    Op::Free { key: n } => {
-                        p.set_holders(&key(n), Vec::new());
-                        p.remove_if_idle(&key(n));
-                    }
-                    Op::Busy { key: n, busy } => p.set_busy(&key(n), busy),
-                    Op::Clear => {
-                        let n = p.waiters();
-                        prop_assert_eq!(p.clear().len(), n);
-                    }
-                }
-                p.check();
-            }
-        }
-    }
-}
+mod tests;

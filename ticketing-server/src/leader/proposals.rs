@@ -270,9 +270,10 @@ impl Leader {
             GrantKind::Shared { n } => !hypo.exclusive && hypo.counted < usize::from(*n),
             GrantKind::All { keys } => {
                 empty
-                    && keys.iter().filter(|k| *k != key).all(|k| {
-                        self.proj.holders(k).is_empty() && !self.proj.is_busy(k) && self.proj.head(k) == Some(wid)
-                    })
+                    && keys
+                        .iter()
+                        .filter(|k| *k != key)
+                        .all(|k| self.proj.is_free(k) && !self.proj.is_busy(k) && self.proj.head(k) == Some(wid))
             }
         };
         ok.then_some(wid)
@@ -281,20 +282,25 @@ impl Leader {
     /// Takes off `key`'s queue every waiter from the head on that is
     /// grantable with the key's current holders, stopping at the first that
     /// is not (no overtaking) or after `most`; each counts as holding its
-    /// keys from now on. A waiter that would exceed `--max-held-keys` is
-    /// answered `B` and skipped (docs/configuration.md, "Limits"). None
-    /// during the start grace.
-    fn take_run(&mut self, key: &Key, most: usize) -> Vec<Waiter> {
+    /// keys from now on. `freeing`: the grant being freed with them, whose
+    /// place toward `--max-held-keys` the first of them takes. A waiter
+    /// that would exceed `--max-held-keys` is answered `B` and skipped
+    /// (docs/configuration.md, "Limits"). None during the start grace.
+    fn take_run(&mut self, key: &Key, most: usize, freeing: Option<(&Owner, Token)>) -> Vec<Waiter> {
         let mut run = Vec::new();
         if self.in_grace() {
             return run;
         }
-        let holders = self.proj.holders(key);
-        let mut hypo = Hypothetical {
-            exclusive: holders.iter().any(|h| !h.shared),
-            counted: holders.iter().filter(|h| h.shared).count(),
-        };
-        let mut held = self.proj.held();
+        let holders = self.proj.holders(key).iter().filter(|h| h.holds());
+        let mut hypo = Hypothetical::default();
+        for h in holders {
+            if h.shared {
+                hypo.counted += 1;
+            } else {
+                hypo.exclusive = true;
+            }
+        }
+        let mut held = self.proj.held() - usize::from(freeing.is_some());
         while run.len() < most {
             let Some(wid) = self.head_grantable(key, &hypo) else { break };
             let Some(w) = self.proj.remove_waiter(wid) else { break };
@@ -311,6 +317,9 @@ impl Leader {
             }
             self.hold_committing(&w);
             run.push(w);
+        }
+        if let (Some((owner, token)), false) = (freeing, run.is_empty()) {
+            self.proj.mark_freeing(key, owner, token, false);
         }
         run
     }
@@ -334,27 +343,27 @@ impl Leader {
             Grant::Committed { token, deadline, .. } if deadline <= now => Some((h.owner.clone(), token)),
             _ => None,
         });
-        // A release or expiry takes its holder out of the projection at
-        // once (a failure puts the applied holders back): the waiters it
-        // hands over to are those grantable without it.
+        // A release or expiry marks its holder as being freed at once (a
+        // failure puts the applied holders back): the waiters it hands over
+        // to are those grantable without it.
         if let Some((owner, token)) = expired {
-            self.proj.remove_holder(key, &owner, token);
-            let next = self.take_run(key, usize::MAX);
+            self.proj.mark_freeing(key, &owner, token, true);
+            let next = self.take_run(key, usize::MAX, Some((&owner, token)));
             self.propose_free(key, FreeReason::Expiry, None, (owner, token), next, dt);
             return;
         }
         if let Some(r) = self.proj.pop_release(key) {
             let matches = self.proj.holders(key).iter().any(|h| h.is(&r.owner, r.token));
             let next = if matches {
-                self.proj.remove_holder(key, &r.owner, r.token);
-                self.take_run(key, usize::MAX)
+                self.proj.mark_freeing(key, &r.owner, r.token, true);
+                self.take_run(key, usize::MAX, Some((&r.owner, r.token)))
             } else {
                 Vec::new()
             };
             self.propose_free(key, FreeReason::Release, Some((r.conn, r.id)), (r.owner, r.token), next, dt);
             return;
         }
-        let hypo_now = self.take_run(key, 1);
+        let hypo_now = self.take_run(key, 1, None);
         if let Some(w) = hypo_now.into_iter().next() {
             // `take_run` counted it as holding already; `grant` does that itself.
             self.drop_committing(&w);
@@ -522,7 +531,7 @@ impl Leader {
                         self.metrics.expiries.inc();
                     }
                 }
-                let _ = freed; // left the projection when proposed
+                self.proj.remove_holder(key, &freed.0, freed.1);
                 let mut outcomes = handed_over.into_iter();
                 for w in next {
                     match outcomes.next() {

@@ -347,4 +347,47 @@ mod tests {
         assert_eq!(swapped.len(), good.len());
         assert!(err(&swapped).contains("order"), "{}", err(&swapped));
     }
+
+    #[test]
+    fn counted_holders_need_version_3_and_exclusive_states_stay_version_2() {
+        let mut s = sample();
+        assert_eq!(s.to_snapshot()[4], VERSION_EXCLUSIVE, "no counted holder: readable by earlier builds");
+        let shared =
+            |owner: &str, dt| Command::GrantShared { key: k("sem"), owner: o(owner), n: 3, lease_s: 5, micros: 1, dt };
+        s.apply(&shared("r1", 7));
+        s.apply(&shared("r2", 7));
+        s.apply(&shared("r3", 7));
+        let h = s.holders_of(&k("sem"));
+        assert_eq!(h.iter().map(|h| h.slot).collect::<Vec<_>>(), vec![Some(0), Some(1), Some(2)]);
+        // Free slot 1: the next counted holder takes it.
+        s.apply(&Command::Free {
+            reason: FreeReason::Release,
+            key: k("sem"),
+            owner: o("r2"),
+            token: h[1].token,
+            next: vec![],
+            micros: 1,
+            dt: 7,
+        });
+        let bytes = s.to_snapshot();
+        assert_eq!(bytes[4], VERSION);
+        let back = LockState::from_snapshot(&bytes).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(back.holders_of(&k("sem")).iter().map(|h| h.slot).collect::<Vec<_>>(), vec![Some(0), Some(2)]);
+        let mut again = back.clone();
+        again.apply(&shared("r4", 7));
+        assert_eq!(again.holders_of(&k("sem"))[1].slot, Some(1));
+        // Garbage in the counted part is refused too.
+        let err = |d: &[u8]| LockState::from_snapshot(d).unwrap_err().to_string();
+        let mut v = bytes.clone();
+        let n = v.len();
+        v[n - 2..].copy_from_slice(&0u16.to_le_bytes()); // the last holder's slot 2 -> 0: a duplicate
+        assert!(err(&v).contains("increasing"), "{}", err(&v));
+        let mut v = bytes.clone();
+        v.truncate(n - 1);
+        assert!(err(&v).contains("truncated"), "{}", err(&v));
+        let mut v = bytes;
+        v[4] = VERSION_EXCLUSIVE; // a version-2 reader finds trailing bytes
+        assert!(err(&v).contains("trailing"), "{}", err(&v));
+    }
 }
