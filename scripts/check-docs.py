@@ -263,7 +263,7 @@ def main():
     code_rs = open(os.path.join(ROOT, "ticketing-proto", "src", "frame", "code.rs"), encoding="utf-8").read()
     codes = set(re.findall(r'ErrorCode::\w+ => "([a-z_]+)"', code_rs))
     # The peer handshake writes a few codes of its own before any frame exists.
-    peer_wire = open(os.path.join(ROOT, "ticketing-server", "src", "cluster", "wire.rs"), encoding="utf-8").read()
+    peer_wire = open(os.path.join(ROOT, "ticketing-server", "src", "cluster", "wire", "handshake.rs"), encoding="utf-8").read()
     codes |= set(re.findall(r'"E ([a-z_]+)[:\\ ]', peer_wire))
     check(len(codes) >= 10, f"found only {len(codes)} ErrorCodes in ticketing-proto/src/frame/code.rs")
     for path, text in pages.items():

@@ -38,14 +38,17 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod counted;
 mod driver;
 mod error;
 mod runtime;
+mod ticket;
 mod tls;
 mod transport;
 
 pub use error::{ArgumentError, Error, Result, TlsError, TlsFile};
 pub use runtime::runtime;
+pub use ticket::Ticket;
 pub use ticketing_proto::broker::ConfigError;
 pub use ticketing_proto::params::ParamError;
 pub use tls::Tls;
@@ -53,7 +56,6 @@ pub use tls::Tls;
 use driver::{AcquireReq, Cmd};
 use rustls::ClientConfig;
 use std::fmt;
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -378,105 +380,6 @@ impl TicketBroker {
         self.start(AcquireReq::Exclusive(params)).await
     }
 
-    /// A counted acquire of `key`
-    /// (docs/protocol.md, "Counted and multi-key grants"): granted while
-    /// fewer than `n` (1–65535) counted holders hold `key` and no exclusive
-    /// holder does; a semaphore of `n` permits. The ticket's [`Ticket::slot`] is a number below `n` that no
-    /// other current holder of `key` has. Everything else as
-    /// [`TicketBroker::acquire`]; `n` 0 is [`Error::InvalidArgument`].
-    pub async fn acquire_shared(
-        &self,
-        key: &str,
-        n: u16,
-        wait: Duration,
-        lease: Duration,
-        budget: Duration,
-    ) -> Result<Option<Ticket>> {
-        self.acquire_shared_secs(key, i64::from(n), wait.as_secs_f64(), lease.as_secs_f64(), budget.as_secs_f64()).await
-    }
-
-    /// [`TicketBroker::acquire_shared`] with durations as `f64` seconds and
-    /// `n` as any integer (for the bindings): `n` outside 1–65535 and bad
-    /// durations are [`Error::InvalidArgument`], nothing sent.
-    pub async fn acquire_shared_secs(
-        &self,
-        key: &str,
-        n: i64,
-        wait: f64,
-        lease: f64,
-        budget: f64,
-    ) -> Result<Option<Ticket>> {
-        let params = params::acquire_shared(key, n, wait, lease, budget)?;
-        self.start(AcquireReq::Shared(params)).await
-    }
-
-    /// Acquires every key of `keys` at once, exclusively, with ONE token
-    /// (docs/protocol.md, "Counted and multi-key grants"): 2–16 distinct
-    /// keys, in any order (no deadlock whatever the order). One [`Ticket`]; [`Ticket::release`]
-    /// frees every key. Too few or too many keys, a key twice, a bad key, or
-    /// keys too long together for one 512-byte request are
-    /// [`Error::InvalidArgument`], nothing sent. An Indeterminate end: the
-    /// client asks about and releases every key in the background (a grant
-    /// of a key it cannot confirm returns at lease end). Everything else as
-    /// [`TicketBroker::acquire`].
-    pub async fn acquire_all(
-        &self,
-        keys: &[&str],
-        wait: Duration,
-        lease: Duration,
-        budget: Duration,
-    ) -> Result<Option<Ticket>> {
-        self.acquire_all_secs(keys, wait.as_secs_f64(), lease.as_secs_f64(), budget.as_secs_f64()).await
-    }
-
-    /// [`TicketBroker::acquire_all`] with durations as `f64` seconds (for the bindings).
-    pub async fn acquire_all_secs<S: AsRef<str>>(
-        &self,
-        keys: &[S],
-        wait: f64,
-        lease: f64,
-        budget: f64,
-    ) -> Result<Option<Ticket>> {
-        let params = params::acquire_all(keys, wait, lease, budget)?;
-        self.start(AcquireReq::All(params)).await
-    }
-
-    /// The shared (read) side of a read/write lock on `key`:
-    /// [`TicketBroker::acquire_shared`] with `n` = 65535. Readers hold it
-    /// together; a writer ([`TicketBroker::write_lock`]) waits for them, and
-    /// readers that come after a waiting writer wait for it (no overtaking).
-    pub async fn read_lock(
-        &self,
-        key: &str,
-        wait: Duration,
-        lease: Duration,
-        budget: Duration,
-    ) -> Result<Option<Ticket>> {
-        self.acquire_shared(key, ticketing_proto::limits::MAX_PERMITS, wait, lease, budget).await
-    }
-
-    /// [`TicketBroker::read_lock`] with durations as `f64` seconds (for the bindings).
-    pub async fn read_lock_secs(&self, key: &str, wait: f64, lease: f64, budget: f64) -> Result<Option<Ticket>> {
-        self.acquire_shared_secs(key, i64::from(ticketing_proto::limits::MAX_PERMITS), wait, lease, budget).await
-    }
-
-    /// The exclusive (write) side of a read/write lock on `key`: exactly
-    /// [`TicketBroker::acquire`].
-    pub async fn write_lock(
-        &self,
-        key: &str,
-        wait: Duration,
-        lease: Duration,
-        budget: Duration,
-    ) -> Result<Option<Ticket>> {
-        self.acquire(key, wait, lease, budget).await
-    }
-
-    /// [`TicketBroker::write_lock`] with durations as `f64` seconds (for the bindings).
-    pub async fn write_lock_secs(&self, key: &str, wait: f64, lease: f64, budget: f64) -> Result<Option<Ticket>> {
-        self.acquire_secs(key, wait, lease, budget).await
-    }
-
     /// Sends a validated acquire and waits for its result (dropping the
     /// future cancels it, docs/client.md, Acquire step 7).
     async fn start(&self, params: AcquireReq) -> Result<Option<Ticket>> {
@@ -527,140 +430,6 @@ pub struct Status {
     /// The last transport failure (TCP connect or TLS handshake), as
     /// `host:port: error`, e.g. an unknown certificate issuer.
     pub last_error: Option<String>,
-}
-
-/// A granted lock. Release it with [`Ticket::release`]; dropping an
-/// unreleased ticket releases it best-effort (result only logged).
-pub struct Ticket {
-    shared: Arc<Shared>,
-    grant: Grant,
-    keys: Vec<String>,
-    pid: u32,
-    outcome: tokio::sync::Mutex<Option<bool>>,
-    settled: AtomicBool,
-}
-
-impl fmt::Debug for Ticket {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Ticket")
-            .field("key", &self.key())
-            .field("keys", &self.keys)
-            .field("token", &self.token())
-            .field("slot", &self.slot())
-            .field("remaining", &self.remaining())
-            .finish()
-    }
-}
-
-impl Ticket {
-    fn new(shared: Arc<Shared>, grant: Grant) -> Ticket {
-        let keys = grant.keys.iter().map(|k| k.as_str().to_owned()).collect();
-        Ticket {
-            shared,
-            grant,
-            keys,
-            pid: std::process::id(),
-            outcome: tokio::sync::Mutex::new(None),
-            settled: AtomicBool::new(false),
-        }
-    }
-
-    /// The fencing token: strictly increasing over all grants of the domain.
-    /// Fence every protected write with it, in the same transaction.
-    pub fn token(&self) -> u64 {
-        self.grant.token.get()
-    }
-
-    /// The key (the first key of a multi-key ticket).
-    pub fn key(&self) -> &str {
-        self.grant.key.as_str()
-    }
-
-    /// Every key the ticket holds, in the order given: one for
-    /// [`TicketBroker::acquire`] and [`TicketBroker::acquire_shared`], 2–16
-    /// for [`TicketBroker::acquire_all`] (all with the one [`Ticket::token`]).
-    pub fn keys(&self) -> &[String] {
-        &self.keys
-    }
-
-    /// The slot of a counted grant ([`TicketBroker::acquire_shared`]): a
-    /// number below its `n` that no other current holder of the key has, so a
-    /// database can fence per (key, slot). `None` for an exclusive ticket.
-    pub fn slot(&self) -> Option<u16> {
-        self.grant.slot
-    }
-
-    /// Conservative time left (docs/client.md, Acquire step 4), 0 once expired.
-    pub fn remaining(&self) -> Duration {
-        self.grant.deadline.saturating_duration_since(Instant::now())
-    }
-
-    /// The conservative deadline: `t_send + waited_ms + lease × 0.999`.
-    pub fn deadline(&self) -> Instant {
-        self.grant.deadline
-    }
-
-    /// True once the conservative deadline has passed: work still running is
-    /// no longer protected by the lock, only by the database fence.
-    pub fn is_expired(&self) -> bool {
-        self.remaining().is_zero()
-    }
-
-    /// A future that completes at the conservative deadline. It runs on any
-    /// executor (the timer lives on the client's runtime).
-    pub fn expired(&self) -> impl Future<Output = ()> + Send + 'static {
-        let deadline = self.grant.deadline;
-        let (tx, rx) = oneshot::channel::<()>();
-        let mut tx = tx;
-        runtime().spawn(async move {
-            tokio::select! {
-                _ = tokio::time::sleep_until(deadline.into()) => { let _ = tx.send(()); }
-                _ = tx.closed() => {}
-            }
-        });
-        async move {
-            let _ = rx.await;
-        }
-    }
-
-    /// Releases exactly this grant (docs/client.md, Release lane): `Ok(true)` on `R`,
-    /// `Ok(false)` on `N` (expired, or released by an earlier attempt),
-    /// [`Error::ReleaseUnconfirmed`] without a final answer within 5 s (or a
-    /// full lane). Once a definite answer came, later calls return it again.
-    /// A multi-key ticket sends one `R` per key: `Ok(true)` iff every key
-    /// answered `R`, `Ok(false)` if any answered `N`, else the error.
-    /// In a forked child the ticket belongs to the parent: [`Error::Closed`].
-    pub async fn release(&self) -> Result<bool> {
-        let mut outcome = self.outcome.lock().await;
-        if let Some(done) = *outcome {
-            return Ok(done);
-        }
-        if self.pid != std::process::id() {
-            return Err(Error::Closed);
-        }
-        let (reply, rx) = oneshot::channel();
-        self.shared.send(Cmd::Release { grant: self.grant.clone(), reply }).await?;
-        match rx.await {
-            Ok(Ok(released)) => {
-                *outcome = Some(released);
-                self.settled.store(true, Ordering::SeqCst);
-                Ok(released)
-            }
-            Ok(Err(f)) => Err(f.into()),
-            Err(_) => Err(Error::Closed),
-        }
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        if self.settled.load(Ordering::SeqCst) || self.pid != std::process::id() {
-            return;
-        }
-        if let Some(tx) = self.shared.sender_here() {
-            send_from_drop(tx, Cmd::Abandon { grant: self.grant.clone(), purpose: Purpose::BestEffort });
-        }
-    }
 }
 
 #[cfg(test)]

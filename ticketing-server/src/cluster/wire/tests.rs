@@ -2,7 +2,16 @@
 //! clear error, the frame reader, the handshake and its version check.
 
 use super::*;
+use crate::cluster::types::{DomainId, NodeId, NodeInfo, TypeConfig};
+use openraft::error::RaftError;
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
+};
+use std::time::Duration;
+use ticketing_proto::auth::Secret;
 use tokio::io::{duplex, split, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 use crate::cluster::types::Batch;
 use crate::locks::{Command, FreeReason};

@@ -1,0 +1,234 @@
+//! Configuration (docs/configuration.md, "Sources and precedence" and "Limits"): every
+//! flag, its `TICKETING_<FLAG>` environment variable and its key in the
+//! `--config` TOML file.
+//!
+//! Precedence: flag > environment > config file > default. Each setting is
+//! defined once, as a field of [`Cli`]: its flag, its variable and its file
+//! key (clap reads flag and environment; serde reads the same struct from the
+//! TOML file, and [`Cli::with_file`] lays the given flags over it).
+//! [`Config::resolve`] then fills what is still missing from the defaults and
+//! validates. Tokens never go on the command
+//! line: client tokens come from `--client-tokens-file` and/or
+//! `TICKETING_CLIENT_TOKENS`, the peer token from `--peer-token-file` or
+//! `TICKETING_PEER_TOKEN`. The defaults are defined once, in
+//! [`Config::default`] (the protocol's shared numbers come from
+//! `ticketing_proto::limits`); the help texts show them from there.
+//!
+//! This module holds the error, the resolved [`Config`] and its [`Limits`]
+//! with their defaults; `cli` defines the settings, `resolve` completes and
+//! validates them, `tokens` reads the token files and variables.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use ticketing_proto::auth::Secret;
+use ticketing_proto::limits::{HANDSHAKE_TIMEOUT, MAX_PENDING_PER_CONN};
+use ticketing_proto::Addr;
+
+mod cli;
+mod resolve;
+#[cfg(test)]
+mod tests;
+mod tokens;
+
+pub use cli::Cli;
+pub use resolve::PEER_AUTH_MISSING;
+pub use tokens::{client_tokens, peer_tokens};
+
+/// Default client address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:5225";
+
+/// A configuration error. The binary prints it and exits with code 2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A file named by a setting cannot be read.
+    Read {
+        /// What the file is (`config file`, `token file`, …).
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// Why.
+        kind: io::ErrorKind,
+    },
+    /// The config file is not valid TOML, or has an unknown key or a value of the wrong type.
+    File {
+        /// Its path.
+        path: PathBuf,
+        /// What is wrong, as the TOML parser says it.
+        problem: String,
+    },
+    /// An environment variable is not valid UTF-8.
+    NotUnicode(&'static str),
+    /// A setting's value breaks its rule.
+    Invalid {
+        /// The flag (`--peers`, …).
+        setting: &'static str,
+        /// The rule and the value given.
+        problem: String,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Read { what, path, kind } => write!(f, "cannot read {what} {}: {kind}", path.display()),
+            ConfigError::File { path, problem } => write!(f, "config file {}: {problem}", path.display()),
+            ConfigError::NotUnicode(var) => write!(f, "{var} is not valid UTF-8"),
+            ConfigError::Invalid { setting, problem } => write!(f, "{setting}: {problem}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn invalid(setting: &'static str, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { setting, problem: problem.into() }
+}
+
+fn read(what: &'static str, path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|e| ConfigError::Read { what, path: path.to_owned(), kind: e.kind() })
+}
+
+/// The limits of docs/configuration.md, "Limits".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Waiters per key; over it → `B`.
+    pub max_waiters_per_key: usize,
+    /// Waiters per server; over it → `B`.
+    pub max_waiters: usize,
+    /// Held keys per server; over it → `B`.
+    pub max_held_keys: usize,
+    /// In-flight requests per connection; over it → `E too_many_pending`.
+    pub max_pending_per_conn: usize,
+    /// Client connections; over it → `E overloaded`.
+    pub max_connections: usize,
+    /// Answer bytes waiting for a client that does not read them; over it → closed.
+    pub max_write_buffer_bytes: usize,
+    /// Peer-port connections; over it → `E overloaded`, closed.
+    pub max_peer_connections: usize,
+    /// Request bytes in flight on one accepted peer connection; over it → closed.
+    pub max_peer_in_flight_bytes_per_conn: usize,
+    /// Request bytes in flight on all accepted peer connections; over it → the one that crossed it is closed.
+    pub max_peer_in_flight_bytes: usize,
+    /// Domain time (docs/protocol.md, "Domain time"): the leader commits a
+    /// `Tick` after this many ms without any other commit.
+    pub tick_ms: u64,
+    /// The start grace (docs/deployment.md, "Start grace"): a new domain
+    /// grants nothing before its domain time reaches this. A durable node
+    /// (it remembers its holders) sets 0.
+    pub start_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_waiters_per_key: 1024,
+            max_waiters: 100_000,
+            max_held_keys: 1_000_000,
+            max_pending_per_conn: MAX_PENDING_PER_CONN,
+            max_connections: 10_000,
+            max_write_buffer_bytes: 1024 * 1024,
+            max_peer_connections: 64,
+            // One leader's AppendEntries (openraft keeps up to 9 in flight
+            // with the late answers, each ≤ 300 entries of ≤ 32 KiB) plus a
+            // 3 MiB snapshot chunk: about 90 MiB (docs/configuration.md, "Limits").
+            max_peer_in_flight_bytes_per_conn: 128 * 1024 * 1024,
+            max_peer_in_flight_bytes: 256 * 1024 * 1024,
+            tick_ms: 500,
+            start_grace: Duration::ZERO,
+        }
+    }
+}
+
+/// The resolved configuration the server runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Client address to bind (`host:port`).
+    pub listen: String,
+    /// Client address announced in `M`/`L`; `None` = the bound listen address.
+    pub advertise: Option<Addr>,
+    /// Peer port address (cluster mode).
+    pub peer_listen: Option<String>,
+    /// Peer addresses of all members, self included: empty (standalone), 3 or 5.
+    pub peers: Vec<String>,
+    /// Create a new fencing domain.
+    pub bootstrap: bool,
+    /// Durable mode's directory (docs/deployment.md, "Durability"); `None` = memory mode.
+    pub data_dir: Option<PathBuf>,
+    /// Accepted client tokens (empty = auth off).
+    pub client_tokens: Vec<Secret>,
+    /// The `--client-tokens-file` the tokens were read from, if any.
+    pub client_tokens_file: Option<PathBuf>,
+    /// The peer tokens (cluster mode): the first is sent when dialing, any
+    /// is accepted; empty = no token (then peer mutual TLS, or
+    /// `insecure_unauthenticated_peers`, is required). `Debug` prints them redacted.
+    pub peer_tokens: Vec<Secret>,
+    /// The `--peer-token-file` the peer tokens were read from, if any.
+    pub peer_token_file: Option<PathBuf>,
+    /// `--insecure-unauthenticated-peers`: a cluster node may run with
+    /// neither a peer token nor peer TLS (throw-away tests only).
+    pub insecure_unauthenticated_peers: bool,
+    /// TLS certificate chain for the client port.
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key for the client port.
+    pub tls_key: Option<PathBuf>,
+    /// CA of the client certificates (mutual TLS on the client port).
+    pub tls_client_ca: Option<PathBuf>,
+    /// This node's certificate on the peer port (mutual TLS between peers).
+    pub peer_tls_cert: Option<PathBuf>,
+    /// The key of `peer_tls_cert`.
+    pub peer_tls_key: Option<PathBuf>,
+    /// The CA of every peer's certificate.
+    pub peer_tls_ca: Option<PathBuf>,
+    /// Admin HTTP address.
+    pub admin_listen: Option<String>,
+    /// The limits of docs/configuration.md, "Limits".
+    pub limits: Limits,
+    /// Time to complete the handshake.
+    pub handshake_timeout: Duration,
+    /// Time an accepted peer has to complete the peer handshake.
+    pub peer_handshake_timeout: Duration,
+    /// Time a started peer frame has to arrive whole.
+    pub peer_frame_timeout: Duration,
+    /// Raft heartbeat interval, ms.
+    pub heartbeat_ms: u64,
+    /// Raft election timeout lower bound, ms.
+    pub election_timeout_min_ms: u64,
+    /// Raft election timeout upper bound, ms.
+    pub election_timeout_max_ms: u64,
+}
+
+impl Default for Config {
+    /// Standalone on 127.0.0.1:5225, auth off, default limits.
+    fn default() -> Config {
+        Config {
+            listen: DEFAULT_LISTEN.to_owned(),
+            advertise: None,
+            peer_listen: None,
+            peers: Vec::new(),
+            bootstrap: false,
+            data_dir: None,
+            client_tokens: Vec::new(),
+            client_tokens_file: None,
+            peer_tokens: Vec::new(),
+            peer_token_file: None,
+            insecure_unauthenticated_peers: false,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
+            peer_tls_cert: None,
+            peer_tls_key: None,
+            peer_tls_ca: None,
+            admin_listen: None,
+            limits: Limits::default(),
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+            peer_handshake_timeout: HANDSHAKE_TIMEOUT,
+            peer_frame_timeout: Duration::from_secs(30),
+            heartbeat_ms: 50,
+            election_timeout_min_ms: 1160,
+            election_timeout_max_ms: 1200,
+        }
+    }
+}
