@@ -6,9 +6,13 @@
 //! - [`free_port`]: a free loopback port below the ephemeral range;
 //! - [`node_command`]: the command line of one node (standalone or cluster
 //!   mode), with the test peer token [`PEER_TOKEN`];
-//! - [`http_get`] / [`http_get_async`] / [`http_get_any`]: a raw admin HTTP GET.
+//! - [`http_get`] / [`http_get_async`] / [`http_get_any`]: a raw admin HTTP GET;
+//! - [`Pki`]: the test CA and its node and client certificates.
 
 #![forbid(unsafe_code)]
+
+mod pki;
+pub use pki::{pki, Pki};
 
 use std::fs::File;
 use std::net::TcpListener;
