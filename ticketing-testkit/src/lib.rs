@@ -7,10 +7,12 @@
 //! - [`node_command`]: the command line of one node (standalone or cluster
 //!   mode), with the test peer token [`PEER_TOKEN`];
 //! - [`http_get`] / [`http_get_async`] / [`http_get_any`]: a raw admin HTTP GET;
-//! - [`Pki`]: the test CA and its node and client certificates.
+//! - [`Pki`]: the test CA and its node and client certificates;
+//! - [`line`]: the raw line-protocol client of the wire tests.
 
 #![forbid(unsafe_code)]
 
+pub mod line;
 mod pki;
 pub use pki::{pki, Pki};
 
