@@ -1,7 +1,8 @@
-//! One home for the test infrastructure that launches and watches real
-//! `ticketing-server` processes on loopback: used by the server's
-//! integration tests (`ticketing-server/tests/cluster_common`), the fault
-//! suite (`ticketing-verify`) and the benchmark (`ticketing-bench`).
+//! One home for the test infrastructure that launches, watches and talks to
+//! real `ticketing-server` processes on loopback: used by the server's
+//! integration tests (`ticketing-server/tests/common`, `cluster_common`),
+//! the client's tests (the PKI), the fault suite (`ticketing-verify`) and
+//! the benchmark (`ticketing-bench`).
 //!
 //! - [`free_port`]: a free loopback port below the ephemeral range;
 //! - [`node_command`]: the command line of one node (standalone or cluster
