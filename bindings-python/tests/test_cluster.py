@@ -3,6 +3,7 @@ IndeterminateError, never a wrong answer; tokens keep increasing."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -10,13 +11,14 @@ import subprocess
 import tempfile
 import threading
 import time
+import urllib.request
 from typing import Iterator, Optional
 
 import pytest
 
 import ticketing
-from conftest import free_port, server_bin
-from fakeserver import mac
+from conftest import _bound, free_port, server_bin
+from fakeserver import mac, wait_until
 
 
 def _role(addr: str) -> Optional[str]:
@@ -41,7 +43,9 @@ def _role(addr: str) -> Optional[str]:
 class Cluster:
     def __init__(self) -> None:
         self.client = [f"127.0.0.1:{free_port()}" for _ in range(3)]
-        peer = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+        peer_ports = [free_port() for _ in range(3)]
+        peer = [f"127.0.0.1:{p}" for p in peer_ports]
+        self.admin = [free_port() for _ in range(3)]
         env = {k: v for k, v in os.environ.items() if not k.startswith("TICKETING_")}
         env.setdefault("RUST_LOG", "warn")
         env["TICKETING_PEER_TOKEN"] = "python-test-peer-token"
@@ -49,13 +53,15 @@ class Cluster:
         self.logs = []
         for i in range(3):
             args = [str(server_bin()), "--listen", self.client[i], "--peer-listen", peer[i], "--peers", ",".join(peer)]
+            args += ["--admin-listen", f"127.0.0.1:{self.admin[i]}"]
             if i == 0:
                 args.append("--bootstrap")
             log = tempfile.TemporaryFile()
             self.logs.append(log)
             self.procs.append(subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT))
             if i == 0:
-                time.sleep(0.3)  # bootstrap retries until every peer is reachable
+                # The bootstrapping node is up (its peer port listens) before the others start.
+                assert wait_until(lambda: _bound(peer_ports[0]) or self.procs[0].poll() is not None, 20)
 
     def leader(self, timeout: float) -> Optional[int]:
         deadline = time.monotonic() + timeout
@@ -65,6 +71,14 @@ class Cluster:
                     return i
             time.sleep(0.2)
         return None
+
+    def waiters(self, i: int, key: str) -> Optional[int]:
+        """Waiters queued on ``key`` according to node ``i``'s admin ``/locks/<key>`` view."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.admin[i]}/locks/{key}", timeout=3) as r:
+                return len(json.load(r)["waiters"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def output(self) -> str:
         out = []
@@ -111,7 +125,8 @@ def test_acquire_across_leader_kill(cluster: Cluster) -> None:
 
         th = threading.Thread(target=waiter)
         th.start()
-        time.sleep(0.5)  # queued behind `first`
+        # queued behind `first` at the leader
+        assert wait_until(lambda: cluster.waiters(leader, "cluster-key-1") == 1, 20), cluster.output()
 
         cluster.procs[leader].send_signal(signal.SIGKILL)
         cluster.procs[leader].wait(timeout=10)

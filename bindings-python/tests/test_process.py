@@ -16,6 +16,7 @@ from typing import IO, Optional
 import pytest
 
 import ticketing
+from conftest import Server
 
 CHILD = textwrap.dedent(
     """
@@ -57,7 +58,7 @@ class _Lines:
             return ""
 
 
-def test_ctrl_c_interrupts_blocking_acquire(addr: str, key: str) -> None:
+def test_ctrl_c_interrupts_blocking_acquire(server: Server, addr: str, key: str) -> None:
     with ticketing.TicketBroker.connect(addr) as holder_broker:
         held = holder_broker.acquire(key, 5, 30)
         assert held is not None
@@ -68,7 +69,7 @@ def test_ctrl_c_interrupts_blocking_acquire(addr: str, key: str) -> None:
         lines = _Lines(proc.stdout)
         try:
             assert lines.next(20) == "waiting"
-            time.sleep(0.5)  # now blocked in acquire
+            server.wait_waiters(key, 1)  # now blocked in acquire, queued at the server
             t0 = time.monotonic()
             proc.send_signal(signal.SIGINT)
             assert lines.next(5) == "interrupted"

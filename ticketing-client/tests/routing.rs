@@ -25,6 +25,7 @@ async fn l_keeps_the_connection() {
         let t = b.acquire("k", secs(1.0), secs(10.0), secs(0.0)).await.unwrap().unwrap();
         assert!(t.release().await.unwrap());
     }
+    // An observation window, not a synchronisation: a close would be seen within it.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(fake.eofs().is_empty(), "L never closes a connection");
     assert_eq!(fake.accepted().len(), 2, "no reconnect");

@@ -5,7 +5,7 @@ mod client_common;
 mod cluster_common;
 mod common;
 
-use client_common::{grab, ready_broker};
+use client_common::{grab, ready_broker, wait_waiters};
 use cluster_common::{ms, secs, within};
 use common::Server;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,18 +15,25 @@ use ticketing_client::Error;
 
 #[tokio::test]
 async fn cancelled_waiter_leaves_the_queue() {
-    let s = Server::start();
+    let admin = cluster_common::free_port();
+    let s = Server::with(&[], &["--admin-listen", &format!("127.0.0.1:{admin}")]);
     let h = ready_broker(&s.addr).await;
     let c = ready_broker(&s.addr).await;
     let x = ready_broker(&s.addr).await;
     let held = grab(&h, "cancel", 0, 30).await;
-    // c queues, then gives up (drops the future) after 300 ms.
-    let r = tokio::time::timeout(ms(300), c.acquire("cancel", secs(20), secs(5), Duration::ZERO)).await;
-    assert!(r.is_err(), "acquire should still be waiting: {r:?}");
+    // c queues (the server lists it as a waiter), then gives up: dropping the
+    // future of a written acquire closes its session, which leaves the queue.
+    let c2 = c.clone();
+    let cancelled = tokio::spawn(async move { c2.acquire("cancel", secs(20), secs(5), Duration::ZERO).await });
+    wait_waiters(admin, "cancel", 1).await;
+    cancelled.abort();
+    let r = cancelled.await;
+    assert!(r.as_ref().is_err_and(|e| e.is_cancelled()), "acquire should still have been waiting: {r:?}");
+    wait_waiters(admin, "cancel", 0).await;
     // x queues behind it; the hand-over must reach x, not the cancelled waiter.
     let x2 = x.clone();
     let pending = tokio::spawn(async move { x2.acquire("cancel", secs(20), secs(5), Duration::ZERO).await });
-    tokio::time::sleep(ms(300)).await;
+    wait_waiters(admin, "cancel", 1).await;
     assert_eq!(held.release().await, Ok(true));
     let r = within(secs(5), "x after the cancel", pending).await.unwrap();
     let t = match r {
@@ -66,6 +73,8 @@ async fn cancellation_storm_keeps_exclusion_and_leaks_nothing() {
                     Err(_) => "cancelled",
                     Ok(Ok(Some(t))) => {
                         assert!(!busy[k].swap(true, Ordering::SeqCst), "storm{k} granted twice at once");
+                        // Holds the key a moment (not a synchronisation): widens the
+                        // window in which a second holder would be seen.
                         tokio::time::sleep(ms(2)).await;
                         busy[k].store(false, Ordering::SeqCst);
                         match t.release().await {

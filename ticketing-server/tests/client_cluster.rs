@@ -135,6 +135,7 @@ impl Workload {
                             let prev = last[k].swap(t.token(), Ordering::SeqCst);
                             assert!(t.token() > prev, "{key}: token {} after {prev}", t.token());
                             seen.lock().unwrap().push(Seen { started, granted, token: t.token() });
+                            // The critical section (not a synchronisation): a second holder would be seen.
                             tokio::time::sleep(ms(5)).await;
                             assert!(!t.is_expired(), "critical section outlived the ticket");
                             busy[k].store(false, Ordering::SeqCst);
@@ -177,6 +178,19 @@ impl Workload {
                 return at;
             }
             assert!(Instant::now() < end, "no successful acquire within {limit:?}");
+            tokio::time::sleep(ms(20)).await;
+        }
+    }
+
+    /// Waits (bounded) until `n` acquires started at or after `since` were granted.
+    async fn grants_since(&self, since: Instant, n: usize, limit: Duration) {
+        let end = Instant::now() + limit;
+        loop {
+            let got = self.seen.lock().unwrap().iter().filter(|s| s.started >= since).count();
+            if got >= n {
+                return;
+            }
+            assert!(Instant::now() < end, "{got} of {n} acquires granted within {limit:?}");
             tokio::time::sleep(ms(20)).await;
         }
     }
@@ -230,15 +244,16 @@ async fn leader_kill_during_a_workload() {
     let addrs: Vec<String> = (0..3).map(|i| c.nodes[i].client_addr()).collect();
     let b = TicketBroker::builder(addrs).build().unwrap();
     assert!(within(secs(15), "wait_ready", b.wait_ready(secs(10))).await);
+    let began = Instant::now();
     let work = Workload::start(&b, "kill", 2, 4);
-
-    tokio::time::sleep(secs(2)).await;
+    // The workload is granting before the kill.
+    work.grants_since(began, 4, secs(20)).await;
     let before_kill = Instant::now();
     let (c, kill_done) = kill(c, leader).await;
     let first = work.first_grant_since(kill_done, secs(20)).await;
     println!("kill -9 of the leader -> first successful acquire after {:.3} s", (first - kill_done).as_secs_f64());
     // Keep the workload running a little on the new leader.
-    tokio::time::sleep(secs(2)).await;
+    work.grants_since(kill_done, 4, secs(20)).await;
 
     // Round 2: the killed node comes back (new NodeId, joins as a voter);
     // then the current leader is killed too. The broker reconnects to the
@@ -257,7 +272,7 @@ async fn leader_kill_during_a_workload() {
     let (c, kill2_done) = kill(c, leader2).await;
     let first = work.first_grant_since(kill2_done, secs(20)).await;
     println!("second kill -9 -> first successful acquire after {:.3} s", (first - kill2_done).as_secs_f64());
-    tokio::time::sleep(secs(2)).await;
+    work.grants_since(kill2_done, 4, secs(20)).await;
     let seen = work.finish().await;
     tokens_continue(&seen, before_kill, kill_done);
     tokens_continue(&seen, before_kill2, kill2_done);
@@ -350,8 +365,9 @@ async fn frozen_leader_during_a_workload() {
     let addrs: Vec<String> = (0..3).map(|i| c.nodes[i].client_addr()).collect();
     let b = TicketBroker::builder(addrs).build().unwrap();
     assert!(within(secs(15), "wait_ready", b.wait_ready(secs(10))).await);
+    let began = Instant::now();
     let work = Workload::start(&b, "frozen", 2, 4);
-    tokio::time::sleep(secs(2)).await;
+    work.grants_since(began, 4, secs(20)).await;
     let before = Instant::now();
     signal(&c, leader, "-STOP");
     let stopped = Instant::now();
@@ -385,7 +401,8 @@ async fn frozen_leader_during_a_workload() {
     println!("SIGSTOP of the leader -> first probe acquire started {:.3} s after", (probe - stopped).as_secs_f64());
     signal(&c, leader, "-CONT");
     let resumed = Instant::now();
-    tokio::time::sleep(secs(3)).await;
+    // Grants go on after the old leader is back (and it hands out nothing: the workers check).
+    work.grants_since(resumed, 2, secs(20)).await;
     let seen = work.finish().await;
     tokens_continue(&seen, before, stopped);
     let after_resume = seen.iter().filter(|s| s.started >= resumed).count();
@@ -402,14 +419,15 @@ async fn leader_sigterm_during_a_workload() {
     let addrs: Vec<String> = (0..3).map(|i| c.nodes[i].client_addr()).collect();
     let b = TicketBroker::builder(addrs).build().unwrap();
     assert!(within(secs(15), "wait_ready", b.wait_ready(secs(10))).await);
+    let began = Instant::now();
     let work = Workload::start(&b, "term", 2, 4);
-    tokio::time::sleep(secs(2)).await;
+    work.grants_since(began, 4, secs(20)).await;
     let before = Instant::now();
     signal(&c, leader, "-TERM");
     let termed = Instant::now();
     let first = work.first_grant_since(termed, secs(25)).await;
     println!("SIGTERM of the leader -> first successful acquire after {:.3} s", (first - termed).as_secs_f64());
-    tokio::time::sleep(secs(2)).await;
+    work.grants_since(termed, 4, secs(20)).await;
     let seen = work.finish().await;
     tokens_continue(&seen, before, termed);
     let end = Instant::now() + secs(15);

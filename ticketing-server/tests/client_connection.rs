@@ -5,7 +5,7 @@ mod client_common;
 mod cluster_common;
 mod common;
 
-use client_common::{grab, ready_broker, signal};
+use client_common::{grab, ready_broker, signal, wait_waiters};
 use cluster_common::{ms, secs, within};
 use common::Server;
 use std::time::{Duration, Instant};
@@ -13,12 +13,13 @@ use ticketing_client::{Error, TicketBroker};
 
 #[tokio::test]
 async fn sigterm_fails_a_pending_acquire_without_hanging() {
-    let mut s = Server::start();
+    let admin = cluster_common::free_port();
+    let mut s = Server::with(&[], &["--admin-listen", &format!("127.0.0.1:{admin}")]);
     let h = ready_broker(&s.addr).await;
     let w = ready_broker(&s.addr).await;
     let held = grab(&h, "term", 0, 30).await;
     let pending = tokio::spawn(async move { w.acquire("term", secs(20), secs(5), Duration::ZERO).await });
-    tokio::time::sleep(ms(300)).await;
+    wait_waiters(admin, "term", 1).await;
     s.sigterm();
     let start = Instant::now();
     let r = within(secs(10), "pending acquire after SIGTERM", pending).await.unwrap();
@@ -112,13 +113,14 @@ async fn frozen_server_is_detected_by_keepalive() {
     // SIGSTOP: the TCP connections stay open but nothing answers. The
     // keepalive (1 s of silence → P, dead 3 s later) must end the session,
     // so a queued acquire becomes Indeterminate well before wait + 5 s.
-    let s = Server::start();
+    let admin = cluster_common::free_port();
+    let s = Server::with(&[], &["--admin-listen", &format!("127.0.0.1:{admin}")]);
     let h = ready_broker(&s.addr).await;
     let w = ready_broker(&s.addr).await;
     let held = grab(&h, "frozen", 0, 30).await;
     let w2 = w.clone();
     let pending = tokio::spawn(async move { w2.acquire("frozen", secs(20), secs(5), Duration::ZERO).await });
-    tokio::time::sleep(ms(300)).await;
+    wait_waiters(admin, "frozen", 1).await;
     signal(s.pid(), "-STOP");
     let stopped = Instant::now();
     let r = within(secs(15), "acquire on a frozen server", pending).await.unwrap();

@@ -5,7 +5,7 @@ mod client_common;
 mod cluster_common;
 mod common;
 
-use client_common::{grab, ready_broker, wait_waiters};
+use client_common::{grab, ready_broker, wait_waiters, waiters};
 use cluster_common::{ms, secs, within};
 use common::Server;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -86,6 +86,8 @@ async fn fifo_across_three_brokers() {
         tasks.push(tokio::spawn(async move {
             let t = grab(&b, "fifo", 20, 10).await;
             order.lock().unwrap().push((i, t.token()));
+            // Holds the key a moment (not a synchronisation): the next waiter
+            // must not be granted while this one holds it.
             tokio::time::sleep(ms(50)).await;
             assert_eq!(t.release().await, Ok(true));
             b.close().await;
@@ -189,6 +191,8 @@ async fn pipelined_acquires_keep_mutual_exclusion() {
                 let prev = last[k].swap(t.token(), Ordering::SeqCst);
                 assert!(t.token() > prev, "{key}: token {} after {prev}", t.token());
                 grants.fetch_add(1, Ordering::SeqCst);
+                // Holds the key a moment (not a synchronisation): widens the
+                // window in which a second holder would be seen.
                 tokio::time::sleep(ms(1)).await;
                 busy[k].store(false, Ordering::SeqCst);
                 assert_eq!(t.release().await, Ok(true), "{key} release");
@@ -211,7 +215,8 @@ async fn many_in_flight_acquires_fill_both_connections() {
     // 2 × 959 acquire slots of its two connections, close to the server's
     // 1024 in flight per connection; nothing may be refused or lost.
     const N: usize = 2400;
-    let s = Server::start();
+    let admin = cluster_common::free_port();
+    let s = Server::with(&[], &["--admin-listen", &format!("127.0.0.1:{admin}")]);
     let h = ready_broker(&s.addr).await;
     let b = ready_broker(&s.addr).await;
     let mut held = Vec::new();
@@ -234,7 +239,24 @@ async fn many_in_flight_acquires_fill_both_connections() {
             }
         }));
     }
-    tokio::time::sleep(secs(1)).await;
+    // Both connections are full before the holders let go: the server queues
+    // every acquire slot of both (max in flight minus the release lane's
+    // slots and one, ticketing-proto/src/broker/route.rs); the rest wait in
+    // the broker.
+    let cfg = ticketing_proto::broker::BrokerConfig::new(Vec::new(), "");
+    let slots = 2 * (cfg.max_pending_per_conn - cfg.lane_slots_per_conn - 1) as u64;
+    let end = Instant::now() + secs(20);
+    loop {
+        let queued = tokio::task::spawn_blocking(move || {
+            (0..4).filter_map(|k| waiters(admin, &format!("many{k}"))).sum::<u64>()
+        });
+        let queued = queued.await.unwrap();
+        if queued == slots {
+            break;
+        }
+        assert!(queued < slots && Instant::now() < end, "{queued} acquires queued at the server, expected {slots}");
+        tokio::time::sleep(ms(20)).await;
+    }
     for t in &held {
         assert_eq!(t.release().await, Ok(true));
     }

@@ -5,7 +5,7 @@ mod client_common;
 mod cluster_common;
 mod common;
 
-use client_common::{grab, ready_broker};
+use client_common::{gauge_becomes, grab, ready_broker, wait_waiters, waiters};
 use cluster_common::{ms, secs, within};
 use common::Server;
 use std::time::{Duration, Instant};
@@ -32,13 +32,15 @@ async fn lease_expiry_hands_over_and_old_release_is_false() {
 
 #[tokio::test]
 async fn expired_future_completes_at_the_conservative_deadline() {
-    let s = Server::start();
+    let admin = cluster_common::free_port();
+    let s = Server::with(&[], &["--admin-listen", &format!("127.0.0.1:{admin}")]);
     let b = ready_broker(&s.addr).await;
     let before = Instant::now();
     let t = grab(&b, "exp", 0, 2).await;
     let r0 = t.remaining();
     assert!(r0 <= ms(1998) && r0 > ms(1500), "remaining {r0:?}");
     assert!(t.deadline() >= before + ms(1998));
+    // Lets time pass (the behaviour under test, not a synchronisation).
     tokio::time::sleep(ms(500)).await;
     let r1 = t.remaining();
     assert!(r1 < r0 && r1 <= ms(1500), "remaining does not fall: {r0:?} then {r1:?}");
@@ -52,7 +54,7 @@ async fn expired_future_completes_at_the_conservative_deadline() {
     // On an expired ticket, expired() completes at once.
     within(ms(500), "expired() again", t.expired()).await;
     // The server expires the lease right after the conservative deadline.
-    tokio::time::sleep(ms(300)).await;
+    assert!(gauge_becomes(admin, "ticketing_held_keys", 0, secs(5)).await, "the server did not expire the lease");
     assert_eq!(within(secs(7), "release after expiry", t.release()).await, Ok(false));
 }
 
@@ -61,13 +63,16 @@ async fn waited_ms_extends_the_deadline_of_a_queued_grant() {
     // A waiter granted after ~2 s keeps (almost) its whole lease: the server's
     // waited_ms moves the conservative deadline (docs/client.md, "Acquire"), so a
     // budget of 4 s out of a 5 s lease is met.
-    let s = Server::start();
+    let admin = cluster_common::free_port();
+    let s = Server::with(&[], &["--admin-listen", &format!("127.0.0.1:{admin}")]);
     let h = ready_broker(&s.addr).await;
     let w = ready_broker(&s.addr).await;
     let held = grab(&h, "waited", 0, 30).await;
     let start = Instant::now();
     let pending = tokio::spawn(async move { w.acquire("waited", secs(10), secs(5), secs(4)).await });
-    tokio::time::sleep(secs(2)).await;
+    wait_waiters(admin, "waited", 1).await;
+    // Lets the waiter wait ~2 s (the behaviour under test, not a synchronisation).
+    tokio::time::sleep_until((start + secs(2)).into()).await;
     assert_eq!(held.release().await, Ok(true));
     let r = within(secs(10), "queued acquire", pending).await.unwrap();
     let t = match r {
@@ -110,13 +115,19 @@ async fn queued_grants_expire_on_the_client_before_the_server_hands_over() {
     // ticket's conservative deadline (t_send + waited_ms + lease × 0.999)
     // must have passed when the next holder gets the key, also for W1,
     // whose grant came after queueing (waited_ms > 0).
-    let s = Server::start();
+    let admin = cluster_common::free_port();
+    let s = Server::with(&[], &["--admin-listen", &format!("127.0.0.1:{admin}")]);
     let h = ready_broker(&s.addr).await;
     let w1 = ready_broker(&s.addr).await;
     let w2 = ready_broker(&s.addr).await;
     let t0 = grab(&h, "chain", 0, 1).await;
     let a = tokio::spawn(async move { w1.acquire("chain", secs(10), secs(1), Duration::ZERO).await });
-    tokio::time::sleep(ms(200)).await;
+    // W1 is queued (or already granted, H's lease is short) before W2 asks.
+    let end = Instant::now() + secs(10);
+    while !a.is_finished() && tokio::task::spawn_blocking(move || waiters(admin, "chain")).await.unwrap() != Some(1) {
+        assert!(Instant::now() < end, "W1 never queued");
+        tokio::time::sleep(ms(10)).await;
+    }
     let b = tokio::spawn(async move { w2.acquire("chain", secs(10), secs(1), Duration::ZERO).await });
     let t1 = match within(secs(10), "W1", a).await.unwrap() {
         Ok(Some(t)) => t,

@@ -5,7 +5,7 @@ mod client_common;
 mod cluster_common;
 mod common;
 
-use client_common::{gauge, gauge_becomes, grab, ready_broker};
+use client_common::{gauge, gauge_becomes, grab, ready_broker, wait_waiters};
 use cluster_common::{ms, secs, within};
 use common::Server;
 use std::time::{Duration, Instant};
@@ -37,14 +37,15 @@ async fn dropped_ticket_frees_the_key_quickly() {
 
 #[tokio::test]
 async fn close_fails_later_calls_and_releases_live_tickets() {
-    let s = Server::start();
+    let admin = cluster_common::free_port();
+    let s = Server::with(&[], &["--admin-listen", &format!("127.0.0.1:{admin}")]);
     let b = ready_broker(&s.addr).await;
     let other = ready_broker(&s.addr).await;
     let live = grab(&b, "close-live", 0, 30).await;
     let blocker = grab(&other, "close-wait", 0, 30).await;
     let b2 = b.clone();
     let pending = tokio::spawn(async move { b2.acquire("close-wait", secs(20), secs(5), Duration::ZERO).await });
-    tokio::time::sleep(ms(300)).await;
+    wait_waiters(admin, "close-wait", 1).await;
 
     within(secs(8), "close", b.close()).await;
     let r = within(secs(5), "pending acquire", pending).await.unwrap();
@@ -79,7 +80,8 @@ async fn dropping_every_handle_releases_and_disconnects() {
     assert!(gauge_becomes(admin, "ticketing_connections", 2, secs(10)).await, "two connections");
     let t = grab(&b, "orphan", 0, 30).await;
     drop(b);
-    // The ticket keeps the driver alive.
+    // The ticket keeps the driver alive (an observation window, not a
+    // synchronisation: a driver that stopped would close within it).
     tokio::time::sleep(ms(300)).await;
     assert_eq!(tokio::task::spawn_blocking(move || gauge(admin, "ticketing_connections")).await.unwrap(), Some(2));
     assert_eq!(tokio::task::spawn_blocking(move || gauge(admin, "ticketing_held_keys")).await.unwrap(), Some(1));

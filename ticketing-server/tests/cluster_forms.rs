@@ -16,7 +16,7 @@ fn three_nodes_one_leader_followers_redirect() {
     for i in 0..3 {
         assert!(c.wait_voter(i, Duration::from_secs(10)), "node {i} is a voter");
     }
-    // Exactly one leader, stable.
+    // Exactly one leader, stable (an observation window, not a synchronisation).
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(c.leaders(), vec![leader]);
     let leader_addr = c.nodes[leader].client_addr();

@@ -6,7 +6,6 @@
 //! old certificate is refused, and a killed leader's node rejoins.
 
 mod cluster_common;
-mod tls_common;
 use cluster_common::*;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,7 +14,7 @@ use std::time::{Duration, Instant};
 use ticketing_client::TicketBroker;
 use ticketing_server::cluster::wire::{self, HandshakeRefusal, RefusalCode, WireError};
 use ticketing_server::tls::PeerTls;
-use tls_common::Pki;
+use ticketing_testkit::Pki;
 use tokio::io::BufReader;
 
 fn reloads(admin: u16) -> u64 {

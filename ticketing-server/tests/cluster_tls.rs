@@ -5,11 +5,10 @@
 //! the killed node rejoins over TLS.
 
 mod cluster_common;
-mod tls_common;
 use cluster_common::*;
 use std::time::Duration;
 use ticketing_client::{TicketBroker, Tls};
-use tls_common::Pki;
+use ticketing_testkit::Pki;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_cluster_forms_fails_over_and_keeps_serving() {

@@ -5,11 +5,10 @@
 //! with the right certificate and token then joins (the setup is sound).
 
 mod cluster_common;
-mod tls_common;
 use cluster_common::*;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
-use tls_common::Pki;
+use ticketing_testkit::Pki;
 
 /// Ids of the members in the admin `/status` of node `i`.
 fn member_ids(c: &Cluster, i: usize) -> Vec<u64> {

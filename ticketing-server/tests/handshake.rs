@@ -83,6 +83,7 @@ async fn handshake_timeout_fractional_seconds() {
     assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(3), "{took:?}");
     // A client that authenticates in time is not affected, and keeps its connection past the timeout.
     let mut ok = s.client().await;
+    // Lets the handshake timeout pass (the behaviour under test, not a synchronisation).
     tokio::time::sleep(Duration::from_millis(500)).await;
     ok.send(b"P 1\n").await;
     ok.expect("P 1").await;

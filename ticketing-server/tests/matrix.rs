@@ -148,9 +148,10 @@ async fn closing_connection_leaves_the_queue_but_its_grant_stays() {
 
     // The grant of a closed connection stays until released.
     drop(live);
-    // Not a synchronisation: `T` is the right answer before and after the
-    // server saw the close; the pause only lets the close be processed first.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Once the server has seen the close (only `h` is left connected), the
+    // grant is still there.
+    let closed = client_common::gauge_becomes(admin, "ticketing_connections", 1, Duration::from_secs(10)).await;
+    assert!(closed, "the server did not see the waiters' connections close");
     let mut c = s.client().await;
     c.acquire(1, "cc", &owner(), 0, 5).await;
     c.expect("T 1 cc").await;

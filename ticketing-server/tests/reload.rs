@@ -7,13 +7,12 @@
 
 mod cluster_common;
 mod common;
-mod tls_common;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use ticketing_client::{Error, TicketBroker, Tls};
-use tls_common::Pki;
+use ticketing_testkit::Pki;
 use tokio_rustls::rustls;
 
 /// `ticketing_reloads_total{result="…"}` on the admin port.

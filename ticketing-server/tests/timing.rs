@@ -30,6 +30,7 @@ async fn lease_end_frees_the_key() {
     let mut h = s.client().await;
     let first = owner();
     let t1 = h.grab(1, "lf", &first, 1).await;
+    // Lets the 1 s lease run out (the behaviour under test, not a synchronisation).
     tokio::time::sleep(Duration::from_millis(1300)).await;
     let mut c = s.client().await;
     let o = owner();

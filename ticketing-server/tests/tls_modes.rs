@@ -3,11 +3,10 @@
 //! (`--tls-client-ca`, docs/security.md).
 
 mod common;
-mod tls_common;
 use common::*;
 use std::time::Duration;
 use ticketing_client::{Error, TicketBroker, Tls};
-use tls_common::Pki;
+use ticketing_testkit::Pki;
 
 fn tls_server(pki: &Pki, client_ca: Option<&str>) -> Server {
     let mut args =

@@ -1,14 +1,21 @@
-//! One home for the test infrastructure that launches and watches real
-//! `ticketing-server` processes on loopback: used by the server's
-//! integration tests (`ticketing-server/tests/cluster_common`), the fault
-//! suite (`ticketing-verify`) and the benchmark (`ticketing-bench`).
+//! One home for the test infrastructure that launches, watches and talks to
+//! real `ticketing-server` processes on loopback: used by the server's
+//! integration tests (`ticketing-server/tests/common`, `cluster_common`),
+//! the client's tests (the PKI), the fault suite (`ticketing-verify`) and
+//! the benchmark (`ticketing-bench`).
 //!
 //! - [`free_port`]: a free loopback port below the ephemeral range;
 //! - [`node_command`]: the command line of one node (standalone or cluster
 //!   mode), with the test peer token [`PEER_TOKEN`];
-//! - [`http_get`] / [`http_get_async`] / [`http_get_any`]: a raw admin HTTP GET.
+//! - [`http_get`] / [`http_get_async`] / [`http_get_any`]: a raw admin HTTP GET;
+//! - [`Pki`]: the test CA and its node and client certificates;
+//! - [`line`]: the raw line-protocol client of the wire tests.
 
 #![forbid(unsafe_code)]
+
+pub mod line;
+mod pki;
+pub use pki::{pki, Pki};
 
 use std::fs::File;
 use std::net::TcpListener;

@@ -342,34 +342,9 @@ where
     let _ = writer.await;
 }
 
-/// A test PKI: a CA and a server certificate for 127.0.0.1 / localhost signed by it.
-pub struct Pki {
-    /// The CA certificate (PEM).
-    pub ca_pem: String,
-    /// A server configuration presenting the signed certificate.
-    pub server: Arc<rustls::ServerConfig>,
-}
-
-/// A fresh [`Pki`] (rcgen).
-pub fn pki() -> Pki {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(DnType::CommonName, "ticketing test CA");
-    let ca_key = KeyPair::generate().unwrap();
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let leaf_params = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).unwrap();
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = leaf_params.signed_by(&leaf_key, &ca, &ca_key).unwrap();
-    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
-    let server = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![leaf.der().clone(), ca.der().clone()], key)
-        .unwrap();
-    Pki { ca_pem: ca.pem(), server: Arc::new(server) }
-}
+/// The test PKI (a CA, node and client certificates, a server configuration).
+#[allow(unused_imports)]
+pub use ticketing_testkit::{pki, Pki};
 
 /// A broker for `addr` with the empty token, ready.
 pub async fn broker(addr: &str) -> ticketing_client::TicketBroker {

@@ -1,5 +1,5 @@
 //! Shared helpers of the cluster tests: spawn real `ticketing-server`
-//! processes on loopback, a raw line-protocol client, a raw admin HTTP GET.
+//! processes on loopback, the raw line-protocol client (blocking), a raw admin HTTP GET.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_ticketing-server");
 
+#[allow(unused_imports)]
+pub use ticketing_testkit::line::blocking::{hello, Client};
 pub use ticketing_testkit::{free_port, http_get, PEER_TOKEN};
 
 pub fn log_dir() -> PathBuf {
@@ -180,55 +182,6 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         for i in 0..self.nodes.len() {
             self.kill(i);
-        }
-    }
-}
-
-/// An authenticated raw client connection (auth off).
-pub struct Client {
-    pub stream: TcpStream,
-    pub reader: BufReader<TcpStream>,
-    /// The `OK …` line (or the `E …` line that ended the handshake).
-    pub ok: String,
-}
-
-/// Connects and completes the handshake with the empty token.
-pub fn hello(port: u16) -> std::io::Result<Client> {
-    let stream = TcpStream::connect_timeout(&format!("127.0.0.1:{port}").parse().unwrap(), Duration::from_secs(1))?;
-    stream.set_read_timeout(Some(Duration::from_secs(3)))?;
-    let mut reader = BufReader::new(stream.try_clone()?);
-    let mut greeting = String::new();
-    reader.read_line(&mut greeting)?;
-    if !greeting.starts_with("TICKETING 1 ") {
-        return Err(std::io::Error::other(format!("bad greeting {greeting:?}")));
-    }
-    // Auth is off in these tests: any well-formed cmac is accepted.
-    let cnonce = "11".repeat(32);
-    let cmac = "00".repeat(32);
-    (&stream).write_all(format!("AUTH {cnonce} {cmac}\n").as_bytes())?;
-    let mut ok = String::new();
-    reader.read_line(&mut ok)?;
-    Ok(Client { stream, reader, ok: ok.trim_end().to_owned() })
-}
-
-impl Client {
-    pub fn send(&mut self, line: &str) -> std::io::Result<()> {
-        self.stream.write_all(format!("{line}\n").as_bytes())
-    }
-
-    /// The next line that is not an `L` notification ("" on EOF).
-    pub fn answer(&mut self, limit: Duration) -> std::io::Result<String> {
-        self.stream.set_read_timeout(Some(limit))?;
-        loop {
-            let mut l = String::new();
-            let n = self.reader.read_line(&mut l)?;
-            if n == 0 {
-                return Ok(String::new());
-            }
-            let l = l.trim_end().to_owned();
-            if !l.starts_with("L ") {
-                return Ok(l);
-            }
         }
     }
 }
