@@ -1,0 +1,286 @@
+//! The accepting side of the peer port (docs/cluster-protocol.md): the
+//! accept loop, TLS and the handshake of each connection, the in-flight
+//! byte budgets, and the answer to every request.
+
+use super::*;
+
+/// Serves the peer port until the process ends. At most
+/// `--max-peer-connections` connections at once: one more is answered
+/// `E overloaded` (if its socket takes the line at once) and closed.
+pub async fn serve(listener: TcpListener, node: Arc<Node>) {
+    let slots = Arc::new(Semaphore::new(node.limits.max_connections));
+    loop {
+        match listener.accept().await {
+            Ok((stream, from)) => {
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    node.limits.metrics.peer_connections_refused.inc();
+                    debug!(%from, "peer connection limit reached");
+                    // Never waits: the accept loop must not stall.
+                    let _ = stream.try_write(b"E overloaded\n");
+                    continue;
+                };
+                let node = node.clone();
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    let gauge = &node.limits.metrics.peer_connections;
+                    gauge.inc();
+                    let result = serve_conn(stream, from, node.clone()).await;
+                    node.limits.metrics.peer_connections.dec();
+                    match result {
+                        Ok(()) => debug!(%from, "peer connection ended"),
+                        Err(e @ (WireError::Protocol(_) | WireError::Timeout)) => {
+                            warn!(%from, error = %e, "peer connection closed")
+                        }
+                        Err(e) => debug!(%from, error = %e, "peer connection ended"),
+                    }
+                });
+            }
+            Err(e) => {
+                warn!(error = %e, "peer accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// The accepting side's TLS handshake (with the current peer TLS), bounded
+/// by the handshake timeout. A failure is logged as a refused peer.
+async fn accept_tls(stream: TcpStream, from: SocketAddr, node: &Node) -> Option<Box<dyn PeerStream>> {
+    let Some(tls) = node.tls.get().as_ref().clone() else { return Some(Box::new(stream)) };
+    let acceptor = TlsAcceptor::from(tls.server);
+    match tokio::time::timeout(node.limits.handshake_timeout, acceptor.accept(stream)).await {
+        Ok(Ok(s)) => Some(Box::new(s)),
+        Ok(Err(e)) => {
+            warn!(
+                %from,
+                error = %e,
+                "peer refused: TLS handshake failed (a plain-TCP peer, or a certificate not signed by --peer-tls-ca)"
+            );
+            None
+        }
+        Err(_) => {
+            warn!(%from, "peer refused: no TLS handshake within the handshake timeout");
+            None
+        }
+    }
+}
+
+async fn serve_conn(stream: TcpStream, from: SocketAddr, node: Arc<Node>) -> Result<(), WireError> {
+    let _ = stream.set_nodelay(true);
+    let Some(stream) = accept_tls(stream, from, &node).await else { return Ok(()) };
+    let (r, mut w) = tokio::io::split(stream);
+    let mut r = BufReader::new(r);
+    let limits = &node.limits;
+    let tokens = node.tokens.get();
+    let checked = node.checks_tokens(&tokens).then_some(&tokens[..]);
+    let handshake = wire::accept_handshake(&mut r, &mut w, checked, node.id, node.domain(), limits.handshake_timeout);
+    let shaken = match tokio::time::timeout(limits.handshake_timeout, handshake).await {
+        Ok(shaken) => shaken,
+        // The whole handshake (greeting write included) ran out of time first.
+        Err(_) => {
+            limits.metrics.peer_handshake_timeouts.inc();
+            let _ = tokio::time::timeout(Duration::from_secs(1), w.write_all(b"E handshake_timeout\n")).await;
+            return Err(WireError::Timeout);
+        }
+    };
+    drop(tokens);
+    match shaken {
+        Ok(()) => {}
+        // The handshake's own read limit answered `E handshake_timeout`.
+        Err(WireError::Timeout) => {
+            limits.metrics.peer_handshake_timeouts.inc();
+            return Err(WireError::Timeout);
+        }
+        Err(WireError::Refused(HandshakeRefusal::AuthFailed)) => {
+            warn!(%from, "peer refused: wrong peer token (auth_failed)");
+            return Ok(());
+        }
+        Err(other) => {
+            warn!(%from, error = %other, "peer refused: handshake failed");
+            return Ok(());
+        }
+    }
+    serve_frames(r, w, from, &node).await.inspect_err(|e| {
+        if matches!(e, WireError::Protocol(_) | WireError::Timeout) {
+            limits.metrics.peer_bad_frames.inc();
+        }
+    })
+}
+
+/// Request bytes of one accepted connection, counted against its budget
+/// and the node's from the moment a frame's length is known until its
+/// request is served (or the connection is gone).
+struct Budget<'a> {
+    conn: AtomicUsize,
+    limits: &'a PeerLimits,
+}
+
+impl<'a> Budget<'a> {
+    fn new(limits: &'a PeerLimits) -> Budget<'a> {
+        Budget { conn: AtomicUsize::new(0), limits }
+    }
+
+    /// Counts a frame of `n` bytes; `false` (nothing counted) when that
+    /// takes the connection over its budget or the node over its own.
+    fn admit(&self, n: usize) -> bool {
+        let on_conn = self.conn.fetch_add(n, Ordering::AcqRel) + n;
+        let on_node = self.node().inc_by(n as i64) + n as i64;
+        if on_conn <= self.limits.max_conn_bytes && on_node <= self.limits.max_node_bytes as i64 {
+            return true;
+        }
+        self.release(n);
+        false
+    }
+
+    fn release(&self, n: usize) {
+        self.conn.fetch_sub(n, Ordering::AcqRel);
+        self.node().dec_by(n as i64);
+    }
+
+    /// The node's count: request bytes in flight on every accepted connection.
+    fn node(&self) -> &prometheus_client::metrics::gauge::Gauge {
+        &self.limits.metrics.peer_in_flight_bytes
+    }
+}
+
+impl Drop for Budget<'_> {
+    /// What is still counted (a started frame, requests being served) leaves the node's count.
+    fn drop(&mut self) {
+        let left = self.conn.swap(0, Ordering::AcqRel);
+        self.node().dec_by(left as i64);
+    }
+}
+
+/// One request's bytes, released from the [`Budget`] when dropped.
+struct Held<'a>(&'a Budget<'a>, usize);
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.release(self.1);
+    }
+}
+
+/// The frames of one accepted connection, in this one task: requests are
+/// read while fewer than [`MAX_PEER_IN_FLIGHT`] are being served (and less
+/// than [`PEER_ANSWER_BYTES`] of answers wait), served concurrently, and
+/// their answers written as they finish, all finished answers in one
+/// write. No task per frame, no writer task. A request that takes the
+/// connection's request bytes in flight over `--max-peer-in-flight-bytes-per-conn`,
+/// or the node's over `--max-peer-in-flight-bytes`, closes the connection
+/// (logged, `ticketing_peer_budget_closed_total`).
+async fn serve_frames<R, W>(r: R, mut w: W, from: SocketAddr, node: &Arc<Node>) -> Result<(), WireError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let frame_timeout = node.limits.frame_timeout;
+    // Declared before `running`: dropped after every `Held` in it.
+    let budget = Budget::new(&node.limits);
+    let mut admit = |n| budget.admit(n);
+    let mut reader = wire::FrameReader::new(r);
+    let mut running = FuturesUnordered::new();
+    let mut out: Vec<u8> = Vec::with_capacity(4096);
+    // Bytes were written since the last flush (TLS may hold some back).
+    let mut dirty = false;
+    let mut ended = false;
+    loop {
+        if ended && running.is_empty() && out.is_empty() && !dirty {
+            return Ok(());
+        }
+        let can_read = !ended && running.len() < MAX_PEER_IN_FLIGHT && out.len() < PEER_ANSWER_BYTES;
+        tokio::select! {
+            biased;
+            Some((id, body)) = running.next(), if !running.is_empty() => {
+                let answer = Envelope { v: VERSION, id, to: node.id, domain: node.domain(), body };
+                if let Err(e) = wire::encode_into(&answer, &mut out) {
+                    warn!(error = %e, "cannot encode a peer answer");
+                }
+            }
+            written = std::future::poll_fn(|cx| {
+                if out.is_empty() {
+                    Pin::new(&mut w).poll_flush(cx).map_ok(|()| None)
+                } else {
+                    Pin::new(&mut w).poll_write(cx, &out).map_ok(Some)
+                }
+            }), if !out.is_empty() || dirty => match written {
+                Ok(Some(0)) => return Err(WireError::Io(std::io::ErrorKind::WriteZero)),
+                Ok(Some(n)) => {
+                    out.drain(..n);
+                    dirty = true;
+                }
+                Ok(None) => dirty = false,
+                Err(e) => return Err(e.into()),
+            },
+            frame = reader.next_admitted(frame_timeout, &mut admit), if can_read => match frame? {
+                wire::Read::Frame(env, n) => {
+                    let held = Held(&budget, n);
+                    running.push(async move {
+                        let id = env.id;
+                        let body = respond(node, env).await;
+                        drop(held);
+                        (id, body)
+                    })
+                }
+                wire::Read::Refused(n) => {
+                    node.limits.metrics.peer_budget_closed.inc();
+                    warn!(
+                        %from,
+                        frame_bytes = n,
+                        conn_bytes = budget.conn.load(Ordering::Acquire),
+                        node_bytes = node.limits.metrics.peer_in_flight_bytes.get(),
+                        max_conn_bytes = node.limits.max_conn_bytes,
+                        max_node_bytes = node.limits.max_node_bytes,
+                        "peer connection closed: request bytes in flight over \
+                         --max-peer-in-flight-bytes-per-conn or --max-peer-in-flight-bytes"
+                    );
+                    return Ok(());
+                }
+                wire::Read::End => ended = true,
+            },
+        }
+    }
+}
+
+/// Checks the envelope and runs the request.
+async fn respond(node: &Arc<Node>, env: Envelope) -> Body {
+    if env.v != VERSION {
+        return Body::Refused(Refusal::BadVersion);
+    }
+    if env.to != node.id {
+        return Body::Refused(Refusal::WrongTarget { actual: node.id });
+    }
+    if let (Some(mine), Some(theirs)) = (node.domain(), env.domain) {
+        if mine != theirs {
+            return Body::Refused(Refusal::WrongDomain);
+        }
+    }
+    let Some(raft) = node.raft.get() else { return Body::Refused(Refusal::Unsupported) };
+    match env.body {
+        Body::AppendReq(req) => {
+            // Only a leader that has this (fresh, random) NodeId in its
+            // membership sends it entries: adopt its domain.
+            if let Some(d) = env.domain {
+                node.adopt_domain(d);
+            }
+            Body::AppendResp(raft.append_entries(req).await)
+        }
+        Body::SnapshotReq(req) => {
+            if let Some(d) = env.domain {
+                node.adopt_domain(d);
+            }
+            Body::SnapshotResp(raft.install_snapshot(req).await)
+        }
+        Body::VoteReq(req) => Body::VoteResp(raft.vote(req).await),
+        Body::StatusReq => Body::StatusResp(membership::status(node)),
+        Body::BootstrapReq(d) => Body::BootstrapResp(membership::on_bootstrap(node, d).await),
+        Body::JoinReq(j) => Body::JoinResp(membership::on_join(node, j).await),
+        // An answer sent as a request.
+        Body::AppendResp(_)
+        | Body::VoteResp(_)
+        | Body::SnapshotResp(_)
+        | Body::JoinResp(_)
+        | Body::StatusResp(_)
+        | Body::BootstrapResp(_)
+        | Body::Refused(_) => Body::Refused(Refusal::Unsupported),
+    }
+}
