@@ -98,18 +98,12 @@ pub async fn w5(system: &str, backend: Arc<dyn Backend>, clients: usize, duratio
                             counters.error(format!("release:{e}"));
                         }
                     }
-                    Acq::NotGranted => {
-                        counters.not_granted.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Acq::Indeterminate => {
-                        // The permit may stay held until its lease ends: the
+                    missed => {
+                        // An Indeterminate permit may stay held until its lease ends: the
                         // fairness and slot figures would no longer compare.
-                        counters.indeterminate.fetch_add(1, Ordering::Relaxed);
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                    Acq::Failed(e) => {
-                        counters.error(format!("acquire:{e}"));
-                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        if counters.missed(missed).await {
+                            stop.store(true, Ordering::Relaxed);
+                        }
                     }
                 }
             }
@@ -243,18 +237,12 @@ pub async fn w6(system: &str, backend: Arc<dyn Backend>, clients: usize, duratio
                             counters.error(format!("release:{e}"));
                         }
                     }
-                    Acq::NotGranted => {
-                        counters.not_granted.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Acq::Indeterminate => {
-                        // Its keys may stay held until the lease ends, which
+                    missed => {
+                        // An Indeterminate basket may hold its keys until the lease ends, which
                         // the stall detector would take for a stall.
-                        counters.indeterminate.fetch_add(1, Ordering::Relaxed);
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                    Acq::Failed(e) => {
-                        counters.error(format!("acquire:{e}"));
-                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        if counters.missed(missed).await {
+                            stop.store(true, Ordering::Relaxed);
+                        }
                     }
                 }
             }

@@ -45,6 +45,29 @@ pub(crate) struct Counters {
 }
 
 impl Counters {
+    /// Counts an acquire that was not granted (`T`, Indeterminate, or a
+    /// failure, after which the client pauses 5 ms so a failover is not
+    /// spun on); `true` when it may have been granted (Indeterminate).
+    pub(crate) async fn missed(&self, acq: Acq) -> bool {
+        match acq {
+            Acq::Granted(_) => false,
+            Acq::NotGranted => {
+                self.not_granted.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+            Acq::Indeterminate => {
+                self.indeterminate.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            Acq::Failed(e) => {
+                self.error(format!("acquire:{e}"));
+                // No leader yet (failover): do not spin.
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                false
+            }
+        }
+    }
+
     pub(crate) fn error(&self, what: String) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         let mut f = self.first_error.lock().unwrap_or_else(|p| p.into_inner());
@@ -183,17 +206,10 @@ async fn shared_keys(
                             }
                         }
                     }
-                    Acq::NotGranted => {
-                        counters.not_granted.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Acq::Indeterminate => {
-                        counters.indeterminate.fetch_add(1, Ordering::Relaxed);
-                        keys.retire(slot, generation);
-                    }
-                    Acq::Failed(e) => {
-                        counters.error(format!("acquire:{e}"));
-                        // No leader yet (failover): do not spin.
-                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    missed => {
+                        if counters.missed(missed).await {
+                            keys.retire(slot, generation);
+                        }
                     }
                 }
             }
@@ -277,16 +293,10 @@ pub async fn w2(system: &str, backend: Arc<dyn Backend>, clients: usize, duratio
                             counters.error(format!("release:{e}"));
                         }
                     }
-                    Acq::NotGranted => {
-                        counters.not_granted.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Acq::Indeterminate => {
-                        counters.indeterminate.fetch_add(1, Ordering::Relaxed);
-                        stop.store(true, Ordering::Relaxed);
-                    }
-                    Acq::Failed(e) => {
-                        counters.error(format!("acquire:{e}"));
-                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    missed => {
+                        if counters.missed(missed).await {
+                            stop.store(true, Ordering::Relaxed);
+                        }
                     }
                 }
             }
