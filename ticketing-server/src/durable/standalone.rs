@@ -1,7 +1,8 @@
 //! The durable standalone server (docs/deployment.md, "Durability"): each
 //! proposed batch is applied to the one [`LockState`] and appended to the
 //! journal as one record; its answers wait for the fsync that covers it
-//! (batches proposed while one fsync runs share the next: group commit).
+//! (requests that arrive while one batch's fsync runs go out together as the
+//! next batch: group commit).
 //! At start the state is the latest snapshot plus the journal replayed.
 //! Every [`snapshot_threshold`] commands a snapshot is written (atomically)
 //! and the journal before it purged.
