@@ -129,6 +129,8 @@ def main():
         ("W1 C=64 pairs/s", "W1", {"clients": "64"}, "ops_s"),
         ("W1 C=64 acquire p50 / p99 ms", "W1", {"clients": "64"}, "lat"),
         ("W1 C=64 duplicate grants", "W1", {"clients": "64"}, "dups"),
+        ("W1 C=1 load generator CPU µs per pair", "W1", {"clients": "1"}, "client_cpu_us_per_pair"),
+        ("W1 C=64 load generator CPU µs per pair", "W1", {"clients": "64"}, "client_cpu_us_per_pair"),
         ("W2 16 on 1 key, hand-overs/s", "W2", {}, "ops_s"),
         ("W2 release→next grant p50 / p99 ms", "W2", {}, "lat"),
         ("W2 grants per client max/min", "W2", {}, "fair"),

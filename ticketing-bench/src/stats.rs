@@ -33,6 +33,19 @@ impl Samples {
     }
 }
 
+/// CPU time (user + system) this process has used so far: the load
+/// generator's own, since the servers it starts are other processes.
+pub fn own_cpu() -> Duration {
+    use nix::sys::resource::{getrusage, UsageWho};
+    match getrusage(UsageWho::RUSAGE_SELF) {
+        Ok(u) => {
+            let us = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
+            Duration::from_micros(us(u.user_time()) + us(u.system_time()))
+        }
+        Err(_) => Duration::ZERO,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

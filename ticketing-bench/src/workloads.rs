@@ -237,7 +237,9 @@ pub async fn w1(
     duration: Duration,
 ) -> Report {
     let start = Instant::now();
+    let cpu = crate::stats::own_cpu();
     let (mut lat, counters, holds) = shared_keys(backend, clients, key_space, start + duration, "w1", None).await;
+    let cpu = crate::stats::own_cpu().saturating_sub(cpu);
     let secs = duration.as_secs_f64();
     let pairs = counters.pairs.load(Ordering::Relaxed);
     let mut r = Report::new(system, "W1");
@@ -247,7 +249,10 @@ pub async fn w1(
         .set("p99_us", lat.quantile(0.99))
         .set("pairs", pairs)
         .set("samples", lat.len())
-        .set("key_space", key_space);
+        .set("key_space", key_space)
+        // The load generator's CPU per pair: the client library's cost (and
+        // the bench's own bookkeeping, the same for every system).
+        .set("client_cpu_us_per_pair", format!("{:.1}", cpu.as_secs_f64() * 1e6 / pairs.max(1) as f64));
     counters.put(&mut r, holds);
     r
 }
