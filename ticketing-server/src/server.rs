@@ -66,6 +66,7 @@ pub async fn cluster_replicator(
     cc.limits.metrics = metrics.limits.clone();
     if let Some(raft) = &metrics.raft {
         cc.commit_seconds = Some(raft.commit.clone());
+        cc.hurried_campaigns = raft.hurried_campaigns.clone();
         raft.election_timeout.set(config.election_timeout_max_ms as f64 / 1000.0);
     }
     cc.data = data;

@@ -17,6 +17,7 @@
 //! (docs/deployment.md, "Failover timing").
 
 pub mod disk;
+mod election;
 mod late;
 pub mod membership;
 pub mod peer;
@@ -88,6 +89,8 @@ pub struct ClusterConfig {
     pub limits: peer::PeerLimits,
     /// Where the time to commit each proposed batch is observed, if anywhere.
     pub commit_seconds: Option<Histogram>,
+    /// Counts the campaigns started at once (`ticketing_raft_hurried_campaigns_total`).
+    pub hurried_campaigns: prometheus_client::metrics::counter::Counter,
     /// Durable mode: the opened `--data-dir` (identity, vote, log, snapshots).
     pub data: Option<Arc<DataDir>>,
 }
@@ -119,6 +122,7 @@ impl ClusterConfig {
                 metrics: Default::default(),
             },
             commit_seconds: None,
+            hurried_campaigns: Default::default(),
             data: None,
         }
     }
@@ -206,6 +210,10 @@ pub struct Node {
     pub replacing: Arc<tokio::sync::Mutex<()>>,
     /// Durable mode: where the identity (NodeId, domain) is kept.
     data: Option<Arc<DataDir>>,
+    /// The campaign a follower with the longer log starts at once (election.rs).
+    pub hurry: Arc<election::Hurry>,
+    /// The Raft heartbeat interval (a hurried campaign's step).
+    pub heartbeat: Duration,
 }
 
 impl Node {
@@ -394,6 +402,8 @@ fn new_node(cfg: &ClusterConfig) -> Arc<Node> {
         serving: AtomicBool::new(false),
         replacing: Arc::new(tokio::sync::Mutex::new(())),
         data: cfg.data.clone(),
+        hurry: Arc::new(election::Hurry::new(cfg.hurried_campaigns.clone())),
+        heartbeat: Duration::from_millis(cfg.heartbeat_ms),
     })
 }
 

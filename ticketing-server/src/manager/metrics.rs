@@ -40,6 +40,9 @@ pub struct RaftGauges {
     pub election_timeout: Seconds,
     /// Time to commit one proposed batch through Raft (leader).
     pub commit: Histogram,
+    /// Campaigns started at once after refusing a candidate with a shorter
+    /// log (docs/deployment.md, "Failover timing").
+    pub hurried_campaigns: Counter,
 }
 
 /// The abuse-limit counters (docs/configuration.md, "Limits"): what each limit refused or closed.
@@ -254,6 +257,11 @@ impl Metrics {
                 registry.register("raft_commit_seconds", "Time to commit one proposed batch through Raft", h.clone());
                 h
             },
+            hurried_campaigns: counter(
+                &mut registry,
+                "raft_hurried_campaigns",
+                "Elections this node started at once after refusing a candidate with a shorter log",
+            ),
         });
         let limits = LimitMetrics::default();
         limits.register(&mut registry);
@@ -350,6 +358,7 @@ mod tests {
             "ticketing_peer_bad_frames_total 0",
             "ticketing_raft_quorum_ack_age_seconds 0.0",
             "ticketing_raft_commit_seconds_count 0",
+            "ticketing_raft_hurried_campaigns_total 0",
             "ticketing_max_waiters 0",
             "ticketing_peer_budget_closed_total 0",
             "ticketing_peer_in_flight_bytes 0",

@@ -3,6 +3,7 @@
 //! byte budgets, and the answer to every request.
 
 use super::*;
+use std::time::Instant;
 
 /// Serves the peer port until the process ends. At most
 /// `--max-peer-connections` connections at once: one more is answered
@@ -262,6 +263,7 @@ async fn respond(node: &Arc<Node>, env: Envelope) -> Body {
             if let Some(d) = env.domain {
                 node.adopt_domain(d);
             }
+            node.hurry.leader_contact(Instant::now());
             Body::AppendResp(raft.append_entries(req).await)
         }
         Body::SnapshotReq(req) => {
@@ -270,7 +272,16 @@ async fn respond(node: &Arc<Node>, env: Envelope) -> Body {
             }
             Body::SnapshotResp(raft.install_snapshot(req).await)
         }
-        Body::VoteReq(req) => Body::VoteResp(raft.vote(req).await),
+        Body::VoteReq(req) => {
+            let probe = req.clone();
+            let resp = raft.vote(req).await;
+            if let Ok(r) = &resp {
+                if let Some(term) = node.hurry.campaign_above(node.id, Instant::now(), node.quorum_limit, &probe, r) {
+                    node.hurry.start(raft.clone(), term, node.heartbeat);
+                }
+            }
+            Body::VoteResp(resp)
+        }
         Body::StatusReq => Body::StatusResp(membership::status(node)),
         Body::BootstrapReq(d) => Body::BootstrapResp(membership::on_bootstrap(node, d).await),
         Body::JoinReq(j) => Body::JoinResp(membership::on_join(node, j).await),
