@@ -68,7 +68,7 @@ impl SystemArg {
 enum Failover {
     /// The server defaults (heartbeat 50 ms, election timeout 1160–1200 ms).
     Default,
-    /// Heartbeat 50 ms, election timeout 300–350 ms (docs/benchmarks.md, "Fast failover").
+    /// Heartbeat 50 ms, election timeout 200–250 ms (docs/benchmarks.md, "Fast failover profile").
     Fast,
 }
 
@@ -169,7 +169,7 @@ fn failover_flags(f: Failover) -> Vec<String> {
     match f {
         Failover::Default => Vec::new(),
         Failover::Fast => {
-            ["--heartbeat-ms", "50", "--election-timeout-min-ms", "300", "--election-timeout-max-ms", "350"]
+            ["--heartbeat-ms", "50", "--election-timeout-min-ms", "200", "--election-timeout-max-ms", "250"]
                 .iter()
                 .map(|s| s.to_string())
                 .collect()

@@ -74,7 +74,10 @@ impl Servers {
                 bootstrap: i == 0,
             };
             let mut cmd = ticketing_testkit::node_command(bin, &spec, log);
-            cmd.args(extra).env("RUST_LOG", "warn");
+            // Warnings only, unless TICKETING_BENCH_SERVER_LOG asks for more (an
+            // election's votes are logged at info by openraft).
+            let filter = std::env::var("TICKETING_BENCH_SERVER_LOG").unwrap_or_else(|_| "warn".to_owned());
+            cmd.args(extra).env("RUST_LOG", filter);
             if let Some(d) = data {
                 cmd.arg("--data-dir").arg(d.join(format!("node{i}-data")));
             }
