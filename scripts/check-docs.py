@@ -16,7 +16,7 @@ Read: README.md, CONTRIBUTING.md and docs/*.md ("the docs"). Checked:
              in the project's code (not only in the docs).
   metrics    every ticketing_* metric name in the docs is served by /metrics
              (scraped from a started standalone server; the cluster-only
-             ticketing_raft_* gauges come from manager/metrics.rs), and every
+             ticketing_raft_* metrics come from manager/metrics.rs), and every
              served metric is on docs/metrics.md.
   errors     every `E <code>` in the docs is an ErrorCode of ticketing-proto,
              and every code is in docs/protocol.md or docs/cluster-protocol.md.
@@ -238,7 +238,10 @@ def main():
     scraped = scrape_metrics(server)
     served = set(re.findall(r"^# TYPE (ticketing_[a-z0-9_]+) (\w+)", scraped, re.M))
     metrics_rs = open(os.path.join(ROOT, "ticketing-server", "src", "manager", "metrics.rs"), encoding="utf-8").read()
-    cluster_only = {("ticketing_" + n, "gauge") for n in re.findall(r'"(raft_[a-z_]+)"', metrics_rs)}
+    def cluster_kind(n):
+        # A counter is registered through the `counter(&mut registry, "NAME", …)` helper.
+        return "counter" if re.search(r'counter\(\s*&mut registry,\s*"' + n + '"', metrics_rs) else "gauge"
+    cluster_only = {("ticketing_" + n, cluster_kind(n)) for n in re.findall(r'"(raft_[a-z_]+)"', metrics_rs)}
     served |= cluster_only
     names = set()
     for base, kind in served:
