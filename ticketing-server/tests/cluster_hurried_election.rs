@@ -8,11 +8,10 @@ mod cluster_common;
 use cluster_common::*;
 use openraft::raft::VoteRequest;
 use openraft::Vote;
-use std::io::{BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::time::{Duration, Instant};
 use ticketing_server::cluster::types::{DomainId, NodeId};
-use ticketing_server::cluster::wire::{decode_body, encode, Body, Envelope, VERSION};
+use ticketing_server::cluster::wire::{encode, Body, Envelope, VERSION};
 
 /// openraft's leader lease: `--election-timeout-max-ms`.
 const MAX_MS: u64 = 1600;
@@ -22,14 +21,6 @@ const MIN_MS: u64 = 1500;
 fn metric(admin: u16, name: &str) -> Option<u64> {
     let text = http_get(admin, "/metrics")?;
     text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok()).map(|v| v as u64)
-}
-
-fn read_frame(r: &mut BufReader<TcpStream>) -> Envelope {
-    let mut len = [0u8; 4];
-    r.read_exact(&mut len).unwrap();
-    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
-    r.read_exact(&mut buf).unwrap();
-    decode_body(&buf).unwrap()
 }
 
 #[test]
@@ -70,7 +61,7 @@ fn a_follower_with_the_longer_log_campaigns_at_once() {
     };
     s.write_all(&encode(&env).unwrap()).unwrap();
     let asked = Instant::now();
-    match read_frame(&mut r).body {
+    match peer_read_frame(&mut r).body {
         Body::VoteResp(Ok(resp)) => assert!(!resp.vote_granted, "a candidate with an empty log is refused: {resp:?}"),
         other => panic!("not a vote answer: {other:?}"),
     }

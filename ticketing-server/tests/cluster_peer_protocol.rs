@@ -5,25 +5,17 @@
 
 mod cluster_common;
 use cluster_common::*;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 use ticketing_proto::auth::{mac, nonce, verify, Label};
 use ticketing_proto::Hex32;
 use ticketing_server::cluster::types::{DomainId, NodeId};
-use ticketing_server::cluster::wire::{decode_body, encode, Body, Envelope, Refusal, VERSION};
+use ticketing_server::cluster::wire::{encode, Body, Envelope, Refusal, VERSION};
 
 fn frame(s: &mut TcpStream, id: u64, to: u64, domain: Option<DomainId>) {
     let env = Envelope { v: VERSION, id, to: NodeId(to), domain, body: Body::StatusReq };
     s.write_all(&encode(&env).unwrap()).unwrap();
-}
-
-fn read_frame(r: &mut BufReader<TcpStream>) -> Envelope {
-    let mut len = [0u8; 4];
-    r.read_exact(&mut len).unwrap();
-    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
-    r.read_exact(&mut buf).unwrap();
-    decode_body(&buf).unwrap()
 }
 
 #[test]
@@ -61,7 +53,7 @@ fn peer_handshake_target_check_and_bad_frames() {
     // Status for another NodeId: refused; for this one: answered, id echoed, pipelined.
     frame(&mut s, 5, id ^ 1, None);
     frame(&mut s, 6, id, None);
-    let mut answers = [read_frame(&mut r), read_frame(&mut r)];
+    let mut answers = [peer_read_frame(&mut r), peer_read_frame(&mut r)];
     answers.sort_by_key(|a| a.id);
     assert_eq!(answers[0].id, 5);
     assert!(matches!(answers[0].body, Body::Refused(Refusal::WrongTarget { actual }) if actual.0 == id));
@@ -73,7 +65,7 @@ fn peer_handshake_target_check_and_bad_frames() {
 
     // Another domain: refused.
     frame(&mut s, 7, id, Some(DomainId(0xabab_abab_abab_abab_abab_abab_abab_abab)));
-    assert!(matches!(read_frame(&mut r).body, Body::Refused(Refusal::WrongDomain)));
+    assert!(matches!(peer_read_frame(&mut r).body, Body::Refused(Refusal::WrongDomain)));
 
     // A zero-length frame ends the connection.
     s.write_all(&[0, 0, 0, 0]).unwrap();

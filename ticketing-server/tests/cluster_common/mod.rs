@@ -270,6 +270,15 @@ pub fn peer_authed(port: u16) -> (TcpStream, BufReader<TcpStream>) {
     (s, r)
 }
 
+/// Reads one length-prefixed peer-protocol frame (docs/cluster-protocol.md) and decodes it.
+pub fn peer_read_frame(r: &mut BufReader<TcpStream>) -> ticketing_server::cluster::wire::Envelope {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).unwrap();
+    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
+    r.read_exact(&mut buf).unwrap();
+    ticketing_server::cluster::wire::decode_body(&buf).unwrap()
+}
+
 /// True once the server has closed the connection (EOF or reset) within the read timeout.
 pub fn peer_closed(r: &mut BufReader<TcpStream>) -> bool {
     let mut buf = [0u8; 256];
