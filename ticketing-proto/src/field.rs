@@ -160,19 +160,43 @@ text_field!(
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct KeySet(Vec<Key>);
 
+/// Why keys do not make a [`KeySet`] (the detail the client's argument errors name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySetError {
+    /// Not 2–16 keys: how many there were.
+    Count(usize),
+    /// This key is given more than once.
+    Repeated(Key),
+}
+
 impl KeySet {
-    /// Validates the count (2–16) and that no key appears twice.
+    /// Validates the count (2–16) and that no key appears twice (a frame's field error).
     pub fn new(keys: Vec<Key>) -> Result<KeySet, FieldError> {
-        use crate::limits::{MAX_MULTI_KEYS, MIN_MULTI_KEYS};
-        if !(MIN_MULTI_KEYS..=MAX_MULTI_KEYS).contains(&keys.len()) {
-            return Err(bad("a multi-key acquire takes 2-16 keys"));
-        }
+        KeySet::check(keys).map_err(|e| match e {
+            KeySetError::Count(_) => bad("a multi-key acquire takes 2-16 keys"),
+            KeySetError::Repeated(_) => bad("a key appears twice in a multi-key acquire"),
+        })
+    }
+
+    /// THE rule of a multi-key acquire's keys: [`KeySet::check_count`], and no key twice.
+    pub fn check(keys: Vec<Key>) -> Result<KeySet, KeySetError> {
+        KeySet::check_count(keys.len())?;
         for (i, k) in keys.iter().enumerate() {
             if keys[..i].contains(k) {
-                return Err(bad("a key appears twice in a multi-key acquire"));
+                return Err(KeySetError::Repeated(k.clone()));
             }
         }
         Ok(KeySet(keys))
+    }
+
+    /// Whether `n` keys are a multi-key acquire's count (2–16).
+    pub fn check_count(n: usize) -> Result<(), KeySetError> {
+        use crate::limits::{MAX_MULTI_KEYS, MIN_MULTI_KEYS};
+        if (MIN_MULTI_KEYS..=MAX_MULTI_KEYS).contains(&n) {
+            Ok(())
+        } else {
+            Err(KeySetError::Count(n))
+        }
     }
 
     /// The keys, in the order given.

@@ -25,5 +25,5 @@ pub mod params;
 pub mod session;
 pub mod timer;
 
-pub use field::{Addr, Hex32, Key, KeySet, Owner, RequestId, Role, Token};
+pub use field::{Addr, Hex32, Key, KeySet, KeySetError, Owner, RequestId, Role, Token};
 pub use frame::{ClientFrame, ErrorCode, FrameError, ServerFrame};

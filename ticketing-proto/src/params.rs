@@ -2,7 +2,7 @@
 //! are rounded UP to whole seconds, then validated; values are never clamped.
 //! Every binding calls these before anything is sent.
 
-use crate::field::{Key, KeySet, Owner, RequestId};
+use crate::field::{Key, KeySet, KeySetError, Owner, RequestId};
 use crate::frame::ClientFrame;
 use crate::limits::{
     MAX_FRAME, MAX_KEY_LEN, MAX_LEASE, MAX_MULTI_KEYS, MAX_PERMITS, MAX_WAIT, MIN_LEASE, MIN_MULTI_KEYS,
@@ -183,11 +183,16 @@ pub fn permits(n: i64) -> Result<u16, ParamError> {
 /// The keys of a multi-key acquire: 2–16 of them, each a valid key, none twice.
 /// The frame length is checked by [`acquire_all`], which knows `wait` and `lease`.
 pub fn key_set<S: AsRef<str>>(keys: &[S]) -> Result<KeySet, ParamError> {
-    if !(MIN_MULTI_KEYS..=MAX_MULTI_KEYS).contains(&keys.len()) {
-        return Err(ParamError::Keys {
-            why: format!("a multi-key acquire takes {MIN_MULTI_KEYS}-{MAX_MULTI_KEYS} keys, got {}", keys.len()),
-        });
-    }
+    let why = |e: KeySetError| ParamError::Keys {
+        why: match e {
+            KeySetError::Count(n) => {
+                format!("a multi-key acquire takes {MIN_MULTI_KEYS}-{MAX_MULTI_KEYS} keys, got {n}")
+            }
+            KeySetError::Repeated(k) => format!("key {:?} is given twice", k.as_str()),
+        },
+    };
+    // The count first, before any key is looked at.
+    KeySet::check_count(keys.len()).map_err(why)?;
     let mut out: Vec<Key> = Vec::with_capacity(keys.len());
     for text in keys {
         let text = text.as_ref();
@@ -198,12 +203,9 @@ pub fn key_set<S: AsRef<str>>(keys: &[S]) -> Result<KeySet, ParamError> {
                 ),
             });
         };
-        if out.contains(&k) {
-            return Err(ParamError::Keys { why: format!("key {text:?} is given twice") });
-        }
         out.push(k);
     }
-    KeySet::new(out).map_err(|e| ParamError::Keys { why: e.0.to_owned() })
+    KeySet::check(out).map_err(why)
 }
 
 /// The longest `K` frame these keys can make: the id counted at its longest
