@@ -491,8 +491,7 @@ async fn snapshot_cadence(raft: Raft, sm: store::StateMachine) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        let (held, since) = sm.snapshot_due_counts();
-        if since >= store::snapshot_threshold(held) {
+        if sm.snapshot_due() {
             // Ignored by openraft while a build is in progress.
             if raft.trigger().snapshot().await.is_err() {
                 return;

@@ -154,6 +154,8 @@ pub struct StateMachine {
     inner: Arc<Mutex<SmInner>>,
     snapshot: Arc<Mutex<Option<StoredSnapshot>>>,
     snapshot_seq: Arc<std::sync::atomic::AtomicU64>,
+    /// Set by `apply` once a snapshot is due, cleared when one is built or installed.
+    due: Arc<std::sync::atomic::AtomicBool>,
     dir: Option<Arc<DataDir>>,
 }
 
@@ -195,11 +197,11 @@ impl StateMachine {
         lock(&self.inner).locks.clone()
     }
 
-    /// Held keys, and the commands applied since the last snapshot (the
-    /// snapshot cadence compares them, [`snapshot_threshold`]).
-    pub fn snapshot_due_counts(&self) -> (usize, u64) {
-        let inner = lock(&self.inner);
-        (inner.locks.held_count(), inner.since_snapshot)
+    /// Whether the commands applied since the last snapshot reached
+    /// [`snapshot_threshold`] of the held keys. Read without the state's
+    /// lock, so the cadence never waits behind a snapshot being written.
+    pub fn snapshot_due(&self) -> bool {
+        self.due.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Runs `f` on the applied lock state without copying it.
@@ -212,11 +214,21 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
         // Written straight from the applied state under its lock: no copy
         // of the state, one buffer of the exact size (docs/cluster-protocol.md, "Snapshots").
-        let (data, last, membership) = {
-            let mut inner = lock(&self.inner);
+        // On a blocking-pool thread: at a million held keys this takes a few
+        // hundred milliseconds, and on an async worker it stalled the node
+        // (the apply waiting for the lock held the other worker), so the
+        // three nodes, which reach the cadence together, stopped answering
+        // heartbeats at the same moment. Now only applies wait.
+        let inner = self.inner.clone();
+        let due = self.due.clone();
+        let built = tokio::task::spawn_blocking(move || {
+            let mut inner = lock(&inner);
             inner.since_snapshot = 0;
+            due.store(false, std::sync::atomic::Ordering::Relaxed);
             (inner.locks.to_snapshot(), inner.last_applied, inner.membership.clone())
-        };
+        })
+        .await;
+        let (data, last, membership) = built.map_err(|e| StorageIOError::read_state_machine(&e))?;
         let seq = self.snapshot_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let snapshot_id = match last {
             Some(l) => format!("{}-{}-{seq}", l.leader_id, l.index),
@@ -263,6 +275,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 }
             }
         }
+        if inner.since_snapshot >= snapshot_threshold(inner.locks.held_count()) {
+            self.due.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(out)
     }
 
@@ -281,8 +296,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     ) -> StorageResult<()> {
         let data = snapshot.into_inner();
         // Validated completely before anything is replaced: garbage is an
-        // error and the applied state stays as it was.
-        let locks = LockState::from_snapshot(&data).map_err(|e| {
+        // error and the applied state stays as it was. Off the async workers
+        // (a million holders take a while to read).
+        let read = tokio::task::spawn_blocking(move || (LockState::from_snapshot(&data), data)).await;
+        let (locks, data) = read.map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), &e))?;
+        let locks = locks.map_err(|e| {
             tracing::error!(error = %e, snapshot = %meta.snapshot_id, "snapshot refused");
             StorageIOError::read_snapshot(Some(meta.signature()), &e)
         })?;
@@ -295,6 +313,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             inner.membership = meta.last_membership.clone();
             inner.locks = locks;
             inner.since_snapshot = 0;
+            self.due.store(false, std::sync::atomic::Ordering::Relaxed);
         }
         *lock(&self.snapshot) = Some(StoredSnapshot { meta: meta.clone(), data });
         Ok(())
@@ -445,6 +464,22 @@ mod tests {
             assert!(err.to_string().to_lowercase().contains("snapshot"), "{err}");
             assert_eq!(sm.locks(), before, "a refused snapshot changed the state");
         }
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_is_due_after_the_threshold_and_not_after_it_is_built() {
+        let mut sm = StateMachine::default();
+        let tick = |dt| Command::Tick { dt };
+        let batch: Vec<Command> = (0..SNAPSHOT_MIN_ENTRIES - 1).map(tick).collect();
+        sm.apply(vec![entry(1, EntryPayload::Normal(Batch(batch)))]).await.unwrap();
+        assert!(!sm.snapshot_due(), "due one command early");
+        sm.apply(vec![entry(2, EntryPayload::Normal(Batch(vec![tick(SNAPSHOT_MIN_ENTRIES)])))]).await.unwrap();
+        assert!(sm.snapshot_due());
+        let built = sm.build_snapshot().await.unwrap();
+        assert_eq!(built.meta.last_log_id.map(|l| l.index), Some(2));
+        assert!(!sm.snapshot_due(), "still due after a snapshot was built");
+        sm.apply(vec![entry(3, EntryPayload::Normal(Batch(vec![tick(SNAPSHOT_MIN_ENTRIES + 1)])))]).await.unwrap();
+        assert!(!sm.snapshot_due());
     }
 
     #[test]
