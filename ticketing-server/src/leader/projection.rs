@@ -350,12 +350,21 @@ impl Projection {
     fn update_holders(&mut self, key: &Key, f: impl FnOnce(&mut Vec<Holding>)) {
         let ks = self.keys.entry(key.clone()).or_default();
         let before = ks.holders.iter().filter(|h| h.counts()).count();
+        let was = ks.holders.iter().filter_map(Holding::deadline).min();
         f(&mut ks.holders);
         let after = ks.holders.iter().filter(|h| h.counts()).count();
         self.held = self.held + after - before;
-        match ks.holders.iter().filter_map(Holding::deadline).min() {
-            Some(at) => self.timers.set(TimerKind::Lease(key.clone()), at),
-            None => self.timers.cancel(&TimerKind::Lease(key.clone())),
+        let first = ks.holders.iter().filter_map(Holding::deadline).min();
+        // The timer is armed at `was` unless it fired since (then the table
+        // no longer has it, and a lease end still pending is armed again).
+        let armed = was.filter(|&at| self.timers.is_armed(TimerKind::Lease(key.clone()), at));
+        if armed != first {
+            if let Some(at) = armed {
+                self.timers.disarm(TimerKind::Lease(key.clone()), at);
+            }
+            if let Some(at) = first {
+                self.timers.arm(TimerKind::Lease(key.clone()), at);
+            }
         }
         if ks.holders.is_empty() && ks.holders.capacity() > 0 {
             ks.holders = Vec::new();
@@ -441,7 +450,7 @@ impl Projection {
         self.next_waiter += 1;
         let wid = WaiterId(self.next_waiter);
         if timed {
-            self.timers.set(TimerKind::Wait(wid), w.wait_until);
+            self.timers.arm(TimerKind::Wait(wid), w.wait_until);
         }
         for key in w.keys() {
             let q = self.keys.entry(key.clone()).or_default().queues();
@@ -463,7 +472,7 @@ impl Projection {
     /// queues as a dead entry, skipped or compacted later).
     fn take_waiter(&mut self, wid: WaiterId) -> Option<Waiter> {
         let w = self.waiters.remove(&wid)?;
-        self.timers.cancel(&TimerKind::Wait(wid));
+        self.timers.disarm(TimerKind::Wait(wid), w.wait_until);
         for key in w.keys() {
             self.total_waiters -= 1;
             self.contention.waiter_removed(key);
@@ -633,17 +642,22 @@ impl Projection {
             assert_eq!(live, ks.live(), "live of {key}");
             assert!(ks.rare.as_ref().is_none_or(|q| !q.is_empty()), "empty queues kept for {key}");
         }
-        // No timer outlives what it belongs to.
+        // No timer outlives what it belongs to, and none is armed twice.
+        let mut seen = HashSet::new();
         for kind in self.timers.kinds() {
+            assert!(seen.insert(kind), "{kind:?} armed twice");
             match kind {
                 TimerKind::Wait(wid) => {
                     let w = self.waiters.get(wid).expect("a wait timer without its waiter");
-                    assert_eq!(self.timers.get(kind), Some(w.wait_until), "wait timer of {wid:?}");
+                    assert!(self.timers.is_armed(kind.clone(), w.wait_until), "wait timer of {wid:?}");
                 }
                 TimerKind::Lease(key) => {
                     let first = self.holders(key).iter().filter_map(Holding::deadline).min();
-                    assert!(first.is_some(), "a lease timer of {key} without a committed holder");
-                    assert_eq!(self.timers.get(kind), first, "lease timer of {key}");
+                    let first = first.unwrap_or_else(|| panic!("a lease timer of {key} without a committed holder"));
+                    assert!(
+                        self.timers.is_armed(kind.clone(), first),
+                        "lease timer of {key} not at its first lease end"
+                    );
                 }
                 TimerKind::Tick | TimerKind::GraceEnd => {}
             }

@@ -1,19 +1,24 @@
 //! The leader's ONE timer table: every wait timer, every lease timer, the
 //! `Tick` and the end of the start grace, keyed by what they belong to.
 //!
-//! A timer is set and cancelled by its owner's key ([`TimerKind`]), so it
-//! leaves with its waiter or holder: the table never holds more than one
-//! entry per waiter, one per held key, plus the `Tick` and the grace — its
-//! size is bounded by `--max-waiters` + `--max-held-keys` + 2, whatever the
-//! request rate (no lazily invalidated heap entries piling up).
-//! Pure: times are inputs.
+//! A timer is set and cancelled by its owner ([`TimerKind`]) with the
+//! deadline the owner keeps (a waiter's `wait_until`, the earliest lease end
+//! of a key's holders), so it leaves with its waiter or holder: the table
+//! never holds more than one entry per waiter, one per held key, plus the
+//! `Tick` and the grace — its size is bounded by `--max-waiters` +
+//! `--max-held-keys` + 2, whatever the request rate (no lazily invalidated
+//! heap entries piling up). One ordered set of `(deadline, kind)` and no
+//! index by kind: at a million held keys an index would be a hash table of
+//! two million 64-byte slots (docs/benchmarks.md, "Optimizations: memory").
+//! Timers due at the same instant leave in `TimerKind` order (waits by
+//! arrival, then leases by key). Pure: times are inputs.
 
 use super::WaiterId;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeSet;
 use std::time::Instant;
 use ticketing_proto::Key;
 
-/// What a timer is for; also its key in the table (at most one timer each).
+/// What a timer is for (at most one timer each).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum TimerKind {
     /// The waiter's `wait` ends: it is answered `T`.
@@ -26,74 +31,100 @@ pub enum TimerKind {
     GraceEnd,
 }
 
-/// Deadlines in order, and each kind's deadline (see the module docs).
+impl TimerKind {
+    /// The leader's own timers, whose deadlines the table keeps.
+    fn is_single(&self) -> bool {
+        matches!(self, TimerKind::Tick | TimerKind::GraceEnd)
+    }
+}
+
+/// Deadlines in order (see the module docs).
 #[derive(Debug, Default)]
 pub struct Timers {
-    /// `(deadline, seq)` → kind; `seq` keeps equal deadlines in arming order.
-    by_time: BTreeMap<(Instant, u64), TimerKind>,
-    /// kind → its key in `by_time`.
-    by_kind: HashMap<TimerKind, (Instant, u64)>,
-    seq: u64,
+    by_time: BTreeSet<(Instant, TimerKind)>,
+    /// The deadlines of the `Tick` and the grace, if armed.
+    tick: Option<Instant>,
+    grace: Option<Instant>,
 }
 
 impl Timers {
-    /// Arms `kind` at `at`, replacing its previous deadline if any.
-    pub fn set(&mut self, kind: TimerKind, at: Instant) {
-        self.cancel(&kind);
-        self.seq += 1;
-        let slot = (at, self.seq);
-        self.by_time.insert(slot, kind.clone());
-        self.by_kind.insert(kind, slot);
-    }
-
-    /// Disarms `kind` (nothing if it is not armed).
-    pub fn cancel(&mut self, kind: &TimerKind) {
-        if let Some(slot) = self.by_kind.remove(kind) {
-            self.by_time.remove(&slot);
+    fn single(&mut self, kind: &TimerKind) -> Option<&mut Option<Instant>> {
+        match kind {
+            TimerKind::Tick => Some(&mut self.tick),
+            TimerKind::GraceEnd => Some(&mut self.grace),
+            _ => None,
         }
     }
 
-    /// The deadline of `kind`, if armed.
+    /// Arms the `Tick` or the grace at `at`, replacing its previous deadline.
+    pub fn set(&mut self, kind: TimerKind, at: Instant) {
+        debug_assert!(kind.is_single(), "{kind:?}: use arm/disarm with its owner's deadline");
+        if let Some(old) = self.single(&kind).and_then(|d| d.replace(at)) {
+            self.by_time.remove(&(old, kind.clone()));
+        }
+        self.by_time.insert((at, kind));
+    }
+
+    /// Arms a waiter's or a key's timer at `at` (its owner disarms any
+    /// earlier deadline first, [`Timers::disarm`]).
+    pub fn arm(&mut self, kind: TimerKind, at: Instant) {
+        debug_assert!(!kind.is_single(), "{kind:?}: use set");
+        self.by_time.insert((at, kind));
+    }
+
+    /// Disarms `kind` armed at `at` (nothing if it is not armed there).
+    pub fn disarm(&mut self, kind: TimerKind, at: Instant) {
+        self.by_time.remove(&(at, kind));
+    }
+
+    /// Whether `kind` is armed at `at`.
+    pub fn is_armed(&self, kind: TimerKind, at: Instant) -> bool {
+        self.by_time.contains(&(at, kind))
+    }
+
+    /// The deadline of `kind`, if armed (a scan: for checks and tests).
     pub fn get(&self, kind: &TimerKind) -> Option<Instant> {
-        self.by_kind.get(kind).map(|(at, _)| *at)
+        self.by_time.iter().find(|(_, k)| k == kind).map(|(at, _)| *at)
     }
 
     /// The earliest deadline.
     pub fn next(&self) -> Option<Instant> {
-        self.by_time.keys().next().map(|(at, _)| *at)
+        self.by_time.first().map(|(at, _)| *at)
     }
 
     /// Takes the earliest timer due at `now` (deadline ≤ `now`), if any.
     pub fn pop_due(&mut self, now: Instant) -> Option<TimerKind> {
-        let entry = self.by_time.first_entry()?;
-        if entry.key().0 > now {
+        if self.by_time.first()?.0 > now {
             return None;
         }
-        let kind = entry.remove();
-        self.by_kind.remove(&kind);
+        let (_, kind) = self.by_time.pop_first()?;
+        if let Some(d) = self.single(&kind) {
+            *d = None;
+        }
         Some(kind)
     }
 
     /// Armed timers.
     pub fn len(&self) -> usize {
-        self.by_kind.len()
+        self.by_time.len()
     }
 
     /// No timer armed.
     pub fn is_empty(&self) -> bool {
-        self.by_kind.is_empty()
+        self.by_time.is_empty()
     }
 
     /// Every armed kind (tests check them against the live state).
     pub fn kinds(&self) -> impl Iterator<Item = &TimerKind> {
-        self.by_time.values()
+        self.by_time.iter().map(|(_, k)| k)
     }
 
-    /// Disarms every wait and lease timer (a leadership change empties the
-    /// projection); the `Tick` and the grace are re-armed by the caller.
+    /// Disarms every timer (a leadership change empties the projection);
+    /// the `Tick` and the grace are re-armed by the caller.
     pub fn clear(&mut self) {
         self.by_time.clear();
-        self.by_kind.clear();
+        self.tick = None;
+        self.grace = None;
     }
 }
 
@@ -108,23 +139,36 @@ mod tests {
         let t0 = crate::test_fields::t0();
         let at = |ms| t0 + Duration::from_millis(ms);
         let mut t = Timers::default();
-        t.set(TimerKind::Lease(k("a")), at(30));
+        t.arm(TimerKind::Lease(k("a")), at(30));
         t.set(TimerKind::Tick, at(10));
-        t.set(TimerKind::Wait(WaiterId(1)), at(20));
-        t.set(TimerKind::Lease(k("a")), at(5)); // re-armed: replaces
+        t.arm(TimerKind::Wait(WaiterId(1)), at(20));
+        t.disarm(TimerKind::Lease(k("a")), at(30)); // re-armed earlier by its owner
+        t.arm(TimerKind::Lease(k("a")), at(5));
+        t.set(TimerKind::Tick, at(12)); // the Tick replaces its own deadline
         assert_eq!(t.len(), 3);
+        assert_eq!(t.get(&TimerKind::Tick), Some(at(12)));
+        assert!(t.is_armed(TimerKind::Lease(k("a")), at(5)));
+        assert!(!t.is_armed(TimerKind::Lease(k("a")), at(30)));
         assert_eq!(t.next(), Some(at(5)));
         assert_eq!(t.pop_due(at(4)), None);
         assert_eq!(t.pop_due(at(25)), Some(TimerKind::Lease(k("a"))));
-        t.cancel(&TimerKind::Tick);
-        t.cancel(&TimerKind::Tick);
+        assert_eq!(t.pop_due(at(25)), Some(TimerKind::Tick));
+        t.set(TimerKind::Tick, at(40)); // popped: arming again leaves one entry
+        assert_eq!(t.len(), 2);
+        t.disarm(TimerKind::Wait(WaiterId(9)), at(20)); // not armed: nothing
         assert_eq!(t.pop_due(at(25)), Some(TimerKind::Wait(WaiterId(1))));
+        assert_eq!(t.pop_due(at(1000)), Some(TimerKind::Tick));
         assert_eq!(t.pop_due(at(1000)), None);
         assert!(t.is_empty());
-        // Equal deadlines leave in the order they were armed.
-        t.set(TimerKind::Wait(WaiterId(2)), at(1));
-        t.set(TimerKind::Wait(WaiterId(3)), at(1));
+        // Equal deadlines: waits in arrival order, then leases by key.
+        t.arm(TimerKind::Lease(k("b")), at(1));
+        t.arm(TimerKind::Wait(WaiterId(3)), at(1));
+        t.arm(TimerKind::Wait(WaiterId(2)), at(1));
         assert_eq!(t.pop_due(at(1)), Some(TimerKind::Wait(WaiterId(2))));
-        assert_eq!(t.get(&TimerKind::Wait(WaiterId(3))), Some(at(1)));
+        assert_eq!(t.pop_due(at(1)), Some(TimerKind::Wait(WaiterId(3))));
+        assert_eq!(t.pop_due(at(1)), Some(TimerKind::Lease(k("b"))));
+        t.set(TimerKind::GraceEnd, at(7));
+        t.clear();
+        assert!(t.is_empty() && t.get(&TimerKind::GraceEnd).is_none());
     }
 }
