@@ -65,7 +65,7 @@ impl Listener {
                         if let Some(stream) = handshake_tls(tls, socket, deadline).await {
                             match stream {
                                 Either::Plain(s) => conn::refuse(s).await,
-                                Either::Tls(s) => conn::refuse(*s).await,
+                                Either::Tls(s) => conn::refuse(s).await,
                             }
                         }
                     });
@@ -84,7 +84,8 @@ impl Listener {
                     debug!("accepted");
                     match handshake_tls(tls, socket, deadline).await {
                         Some(Either::Plain(s)) => conn::serve(s, id, peer, &ctx, deadline, shutdown).await,
-                        Some(Either::Tls(s)) => conn::serve(*s, id, peer, &ctx, deadline, shutdown).await,
+                        // Still boxed: the TLS state (1.2 KB) stays out of the task's own state.
+                        Some(Either::Tls(s)) => conn::serve(s, id, peer, &ctx, deadline, shutdown).await,
                         // The TLS stage of the handshake ran out of time.
                         None if Instant::now() >= deadline => {
                             ctx.manager.metrics().limits.client_handshake_timeouts.inc();
