@@ -422,6 +422,14 @@ fn raft_config(cfg: &ClusterConfig) -> openraft::Config {
         // keep ~2 000 commands at one client and at most 256 000 under load
         // (openraft's default, 1 000, is 0.1 s of a W4 fill).
         max_in_snapshot_log_to_keep: LOG_KEPT_AFTER_SNAPSHOT,
+        // Entries per AppendEntries while a follower catches up. openraft
+        // gives each request one heartbeat interval (50 ms) and sends the
+        // same range again after a timeout; its default of 300 entries is up
+        // to 38 400 commands (~9 MiB) here, which a follower on a loaded
+        // machine could not take in 50 ms, so a new member behind a leader
+        // that had not compacted its log never caught up. 8 entries are at
+        // most 256 KiB; in steady state a request carries one or two.
+        max_payload_entries: MAX_PAYLOAD_ENTRIES,
         ..Default::default()
     }
 }
@@ -479,6 +487,9 @@ fn spawn_membership(cfg: &ClusterConfig, node: Arc<Node>, pool: Arc<peer::Pool>)
 
 /// Entries kept in the log after a snapshot (see the openraft config).
 const LOG_KEPT_AFTER_SNAPSHOT: u64 = 2000;
+
+/// Log entries per AppendEntries request (see the openraft config).
+const MAX_PAYLOAD_ENTRIES: u64 = 8;
 
 /// Builds a snapshot (through openraft's trigger) whenever the commands
 /// applied since the last one exceed [`store::snapshot_threshold`] of the
