@@ -5,180 +5,30 @@
 //!
 //! It also owns the leader's one timer table ([`Timers`]), so a timer
 //! leaves with what it belongs to: a waiter's wait timer is armed in
-//! `insert_waiter` and disarmed in `take_waiter`, a holder's lease timer is
-//! armed and disarmed in [`Projection::set_holder`].
+//! `insert_waiter` and disarmed in `take_waiter` (`waiters.rs`), a key's
+//! lease timer is armed and disarmed in `update_holders`.
 //!
 //! A plain struct: no I/O, no runtime, no clock reads (times are inputs),
 //! so every rule here is unit-tested directly. Its counters are maintained
-//! in one place each: `held` only in [`Projection::set_holder`] and
+//! in one place each: `held` only in `update_holders` and
 //! [`Projection::clear`]; a key's `live` count, `total_waiters` and the
 //! per-connection index only in `insert_waiter` and `take_waiter`.
+//! What it stores is in `entries.rs`, its read-only views in `view.rs`, its
+//! invariants in `check.rs`.
+
+mod check;
+mod entries;
+mod view;
+mod waiters;
+
+pub use entries::{Grant, Holding, QueuedQuery, QueuedRelease, Waiter};
 
 use super::contention::Contention;
 use super::timers::{TimerKind, Timers};
-use super::{owner_prefix, ConnId, HolderInfo, LockInfo, WaiterId, WaiterInfo};
+use super::{ConnId, WaiterId};
 use crate::locks::GrantKind;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::time::{Duration, Instant};
-use ticketing_proto::{Key, Owner, RequestId, Token};
-
-/// A queued (or about to be granted) acquire.
-#[derive(Debug, Clone)]
-pub struct Waiter {
-    /// The connection that sent the `A`.
-    pub conn: ConnId,
-    /// Its request id.
-    pub id: RequestId,
-    /// The key.
-    pub key: Key,
-    /// The owner.
-    pub owner: Owner,
-    /// Lease, whole seconds.
-    pub lease: u8,
-    /// When the server read the request.
-    pub read_at: Instant,
-    /// When its wait ends.
-    pub wait_until: Instant,
-    /// Exclusive (`A`), counted (`S … n`) or every key of a set (`K`, whose
-    /// first key is `key`).
-    pub kind: GrantKind,
-}
-
-impl Waiter {
-    /// Every key it waits for: `key`, or all keys of a multi-key acquire.
-    pub fn keys(&self) -> &[Key] {
-        match &self.kind {
-            GrantKind::All { keys } => keys,
-            _ => std::slice::from_ref(&self.key),
-        }
-    }
-
-    /// Whether it waits for `key`.
-    pub fn has_key(&self, key: &Key) -> bool {
-        self.keys().contains(key)
-    }
-}
-
-/// One projected holder of a key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Holding {
-    /// Owner of the grant.
-    pub owner: Owner,
-    /// A counted holder (`S`); else it holds the key exclusively.
-    pub shared: bool,
-    /// Being committed, or committed with its token and lease.
-    pub grant: Grant,
-}
-
-/// Where a projected grant is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Grant {
-    /// The grant is being committed (the key counts as held meanwhile).
-    Committing,
-    /// The grant is committed.
-    Committed {
-        /// Its fencing token.
-        token: Token,
-        /// Its lease end at the leader (its lease timer).
-        deadline: Instant,
-        /// Domain time (ms) of the grant.
-        granted_dt: u64,
-        /// A counted holder's slot.
-        slot: Option<u16>,
-    },
-    /// Its release or expiry is being committed: no longer a holder the
-    /// key's waiters wait for, nor one a new request conflicts with. It
-    /// counts toward `--max-held-keys` until the command commits unless
-    /// the command hands the key over (`counted: false`: the next holder
-    /// takes its place), so a failure that puts it back never exceeds the cap.
-    Freeing {
-        /// Its fencing token.
-        token: Token,
-        /// Still counted as held.
-        counted: bool,
-    },
-}
-
-impl Holding {
-    /// A grant being committed.
-    pub fn committing(owner: Owner, shared: bool) -> Holding {
-        Holding { owner, shared, grant: Grant::Committing }
-    }
-
-    /// A committed grant whose lease ends at `deadline` (`slot`: a counted one's).
-    pub fn until(owner: Owner, token: Token, granted_dt: u64, slot: Option<u16>, deadline: Instant) -> Holding {
-        Holding { owner, shared: slot.is_some(), grant: Grant::Committed { token, deadline, granted_dt, slot } }
-    }
-
-    /// A committed grant whose lease runs `lease` seconds from `now` (its
-    /// commit at this leader), granted at domain time `granted_dt`.
-    pub fn committed(
-        owner: Owner,
-        token: Token,
-        lease: u8,
-        granted_dt: u64,
-        slot: Option<u16>,
-        now: Instant,
-    ) -> Holding {
-        Holding::until(owner, token, granted_dt, slot, now + Duration::from_secs(u64::from(lease)))
-    }
-
-    /// Whether this is the committed grant `(owner, token)` (not one being freed).
-    pub fn is(&self, owner: &Owner, token: Token) -> bool {
-        self.owner == *owner && matches!(self.grant, Grant::Committed { token: t, .. } if t == token)
-    }
-
-    /// The token, once committed (also while being freed).
-    pub fn token(&self) -> Option<Token> {
-        match self.grant {
-            Grant::Committed { token, .. } | Grant::Freeing { token, .. } => Some(token),
-            Grant::Committing => None,
-        }
-    }
-
-    /// The lease end, once committed (none while being freed).
-    pub fn deadline(&self) -> Option<Instant> {
-        match self.grant {
-            Grant::Committed { deadline, .. } => Some(deadline),
-            Grant::Committing | Grant::Freeing { .. } => None,
-        }
-    }
-
-    /// A holder waiters and requests must reckon with (not one being freed).
-    pub fn holds(&self) -> bool {
-        !matches!(self.grant, Grant::Freeing { .. })
-    }
-
-    /// Counts toward `--max-held-keys`.
-    fn counts(&self) -> bool {
-        !matches!(self.grant, Grant::Freeing { counted: false, .. })
-    }
-}
-
-/// A `Q` waiting for the key's in-flight proposal (so a grant being
-/// committed is answered by its outcome, not `N`).
-#[derive(Debug, Clone)]
-pub struct QueuedQuery {
-    /// The connection that sent the `Q`.
-    pub conn: ConnId,
-    /// Its request id.
-    pub id: RequestId,
-    /// Owner named in the `Q`.
-    pub owner: Owner,
-}
-
-/// An `R` waiting for the key's in-flight proposal.
-#[derive(Debug, Clone)]
-pub struct QueuedRelease {
-    /// The connection that sent the `R`.
-    pub conn: ConnId,
-    /// Its request id.
-    pub id: RequestId,
-    /// Owner named in the `R`.
-    pub owner: Owner,
-    /// Token named in the `R`.
-    pub token: Token,
-}
+use ticketing_proto::{Key, Owner, Token};
 
 /// Per key: what almost every key has (its holders, the in-flight flag) inline,
 /// the queues only for the few keys that have any (docs/benchmarks.md,
@@ -446,105 +296,6 @@ impl Projection {
         out
     }
 
-    fn insert_waiter(&mut self, w: Waiter, front: bool, timed: bool) -> WaiterId {
-        self.next_waiter += 1;
-        let wid = WaiterId(self.next_waiter);
-        if timed {
-            self.timers.arm(TimerKind::Wait(wid), w.wait_until);
-        }
-        for key in w.keys() {
-            let q = self.keys.entry(key.clone()).or_default().queues();
-            if front {
-                q.queue.push_front(wid);
-            } else {
-                q.queue.push_back(wid);
-            }
-            q.live += 1;
-            self.total_waiters += 1;
-            self.contention.waiter_added(key);
-        }
-        self.by_conn.entry(w.conn).or_default().insert(wid);
-        self.waiters.insert(wid, w);
-        wid
-    }
-
-    /// Takes a live waiter out of every index (its id stays in its keys'
-    /// queues as a dead entry, skipped or compacted later).
-    fn take_waiter(&mut self, wid: WaiterId) -> Option<Waiter> {
-        let w = self.waiters.remove(&wid)?;
-        self.timers.disarm(TimerKind::Wait(wid), w.wait_until);
-        for key in w.keys() {
-            self.total_waiters -= 1;
-            self.contention.waiter_removed(key);
-            if let Some(q) = self.keys.get_mut(key).and_then(|ks| ks.rare.as_mut()) {
-                q.live -= 1;
-            }
-        }
-        if let Some(set) = self.by_conn.get_mut(&w.conn) {
-            set.remove(&wid);
-            if set.is_empty() {
-                self.by_conn.remove(&w.conn);
-            }
-        }
-        Some(w)
-    }
-
-    /// Puts `w` at the tail of its key's queue, with a wait timer (at
-    /// `w.wait_until`) if `timed`.
-    pub fn enqueue(&mut self, w: Waiter, timed: bool) -> WaiterId {
-        self.insert_waiter(w, false, timed)
-    }
-
-    /// Puts `w` back at the head of its key's queue (a hand-over to it did
-    /// not happen), with its wait timer.
-    pub fn requeue_front(&mut self, w: Waiter) -> WaiterId {
-        self.insert_waiter(w, true, true)
-    }
-
-    /// Takes the first live waiter off the key's queue.
-    pub fn pop_head(&mut self, key: &Key) -> Option<Waiter> {
-        let wid = self.head(key)?;
-        self.remove_waiter(wid)
-    }
-
-    /// Removes a live waiter (granted, its wait ended, its connection left)
-    /// from every key it waits for; a key left idle is forgotten.
-    pub fn remove_waiter(&mut self, wid: WaiterId) -> Option<Waiter> {
-        let w = self.take_waiter(wid)?;
-        for key in w.keys() {
-            if let Some(ks) = self.keys.get_mut(key) {
-                if let Some(q) = ks.rare.as_mut() {
-                    // Drop dead entries at the head at once; compact when dead
-                    // entries dominate, so a long-held key with many timed-out
-                    // waiters does not grow its queue without bound.
-                    let waiters = &self.waiters;
-                    while q.queue.front().is_some_and(|id| !waiters.contains_key(id)) {
-                        q.queue.pop_front();
-                    }
-                    if q.live == 0 {
-                        q.queue.clear();
-                    } else if q.queue.len() > 2 * q.live + 32 {
-                        q.queue.retain(|id| waiters.contains_key(id));
-                    }
-                }
-                ks.shrink();
-            }
-            self.remove_if_idle(key);
-        }
-        Some(w)
-    }
-
-    /// Removes every waiter of `conn`, in no particular order.
-    pub fn remove_conn_waiters(&mut self, conn: ConnId) -> Vec<Waiter> {
-        let ids = self.by_conn.remove(&conn).unwrap_or_default();
-        ids.into_iter().filter_map(|wid| self.remove_waiter(wid)).collect()
-    }
-
-    /// Every key with a live waiter (the end of the start grace; O(keys)).
-    pub fn keys_with_waiters(&self) -> Vec<Key> {
-        self.keys.iter().filter(|(_, ks)| ks.live() > 0).map(|(k, _)| k.clone()).collect()
-    }
-
     /// Forgets `key` if nothing refers to it any more.
     pub fn remove_if_idle(&mut self, key: &Key) {
         if self.keys.get(key).is_some_and(KeyState::is_idle) {
@@ -563,106 +314,6 @@ impl Projection {
         self.total_waiters = 0;
         self.contention.clear();
         waiters
-    }
-
-    /// The `n` keys with the most live waiters, most first.
-    pub fn contended(&self, n: usize) -> Vec<(Key, usize)> {
-        self.contention.top(n)
-    }
-
-    /// The read-only view of `key` for `/locks/<key>` (a grant still being
-    /// committed is not shown): its holders and every waiter in FIFO order,
-    /// with owner prefixes only; `client` names a waiter's connection.
-    pub fn lock_info(&self, key: &Key, now: Instant, client: &dyn Fn(ConnId) -> String) -> LockInfo {
-        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        let Some(ks) = self.keys.get(key) else { return LockInfo::default() };
-        let mut holders: Vec<HolderInfo> = ks
-            .holders
-            .iter()
-            .filter_map(|h| match h.grant {
-                Grant::Committed { token, deadline, granted_dt, slot } => Some(HolderInfo {
-                    owner_prefix: owner_prefix(&h.owner),
-                    token,
-                    remaining_ms: ms(deadline.saturating_duration_since(now)),
-                    granted_dt,
-                    slot,
-                }),
-                Grant::Committing | Grant::Freeing { .. } => None,
-            })
-            .collect();
-        holders.sort_by_key(|h| h.slot);
-        let waiters = ks
-            .rare
-            .iter()
-            .flat_map(|q| q.queue.iter())
-            .filter_map(|wid| self.waiters.get(wid))
-            .filter(|w| w.has_key(key))
-            .map(|w| WaiterInfo {
-                owner_prefix: owner_prefix(&w.owner),
-                client: client(w.conn),
-                waited_ms: ms(now.saturating_duration_since(w.read_at)),
-                wait_left_ms: ms(w.wait_until.saturating_duration_since(now)),
-                kind: match w.kind {
-                    GrantKind::Exclusive => "exclusive",
-                    GrantKind::Shared { .. } => "shared",
-                    GrantKind::All { .. } => "all",
-                },
-                n: match w.kind {
-                    GrantKind::Shared { n } => Some(n),
-                    _ => None,
-                },
-                keys: match &w.kind {
-                    GrantKind::All { keys } => Some(keys.iter().map(|k| k.as_str().to_owned()).collect()),
-                    _ => None,
-                },
-            })
-            .collect();
-        LockInfo { holder: holders.first().cloned(), holders, waiters, domain_time_ms: 0 }
-    }
-
-    /// Checks every counter against a recount, and every timer against what
-    /// it belongs to (tests; also the fuzz target, through [`super::Leader::check`]).
-    pub fn check(&self) {
-        let counted = |k: &KeyState| k.holders.iter().filter(|h| h.counts()).count();
-        assert_eq!(self.held, self.keys.values().map(counted).sum::<usize>(), "held");
-        let per_key: usize = self.waiters.values().map(|w| w.keys().len()).sum();
-        assert_eq!(self.total_waiters, per_key, "total_waiters");
-        assert_eq!(self.total_waiters, self.keys.values().map(KeyState::live).sum::<usize>(), "live");
-        assert_eq!(self.waiters.len(), self.by_conn.values().map(HashSet::len).sum::<usize>(), "by_conn");
-        for (key, ks) in &self.keys {
-            assert_eq!(self.contention.waiters(key), ks.live(), "contention of {key:?}");
-            let holding: Vec<_> = ks.holders.iter().filter(|h| h.holds()).collect();
-            let exclusive = holding.iter().filter(|h| !h.shared).count();
-            assert!(exclusive == 0 || holding.len() == 1, "an exclusive holder of {key} beside another");
-        }
-        assert_eq!(self.contention.keys(), self.keys.values().filter(|ks| ks.live() > 0).count(), "contended keys");
-        for (key, ks) in &self.keys {
-            let queue = ks.rare.iter().flat_map(|q| q.queue.iter());
-            let live = queue.filter(|id| self.waiters.get(id).is_some_and(|w| w.has_key(key))).count();
-            assert_eq!(live, ks.live(), "live of {key}");
-            assert!(ks.rare.as_ref().is_none_or(|q| !q.is_empty()), "empty queues kept for {key}");
-        }
-        // No timer outlives what it belongs to, and none is armed twice.
-        let mut seen = HashSet::new();
-        for kind in self.timers.kinds() {
-            assert!(seen.insert(kind), "{kind:?} armed twice");
-            match kind {
-                TimerKind::Wait(wid) => {
-                    let w = self.waiters.get(wid).expect("a wait timer without its waiter");
-                    assert!(self.timers.is_armed(kind.clone(), w.wait_until), "wait timer of {wid:?}");
-                }
-                TimerKind::Lease(key) => {
-                    let first = self.holders(key).iter().filter_map(Holding::deadline).min();
-                    let first = first.unwrap_or_else(|| panic!("a lease timer of {key} without a committed holder"));
-                    assert!(
-                        self.timers.is_armed(kind.clone(), first),
-                        "lease timer of {key} not at its first lease end"
-                    );
-                }
-                TimerKind::Tick | TimerKind::GraceEnd => {}
-            }
-        }
-        assert!(self.timers.len() <= self.keys.len() + self.waiters.len() + 2, "timer table larger than the state");
     }
 }
 

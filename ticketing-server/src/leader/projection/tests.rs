@@ -2,7 +2,10 @@
 //! timer, and random sequences against a recount.
 
 use super::*;
+use crate::leader::{HolderInfo, LockInfo};
 use proptest::prelude::*;
+use std::time::{Duration, Instant};
+use ticketing_proto::RequestId;
 
 use crate::test_fields::{k, o};
 fn waiter(conn: u64, id: u64, key: &str, at: Instant) -> Waiter {
