@@ -127,6 +127,9 @@ pub struct Cli {
     /// Seconds (0-250, fractions allowed) a new domain grants nothing after it can serve (memory mode restarts).
     #[arg(long, env = "TICKETING_START_GRACE", value_name = "SECONDS")]
     pub start_grace: Option<f64>,
+    /// Threads that run the server's tasks (1-1024) [default: the cores available to the process].
+    #[arg(long, env = "TICKETING_WORKER_THREADS", value_name = "N")]
+    pub worker_threads: Option<usize>,
 }
 
 /// `peers` in the TOML file: a list or one comma-separated string.

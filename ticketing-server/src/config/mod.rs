@@ -198,6 +198,9 @@ pub struct Config {
     pub election_timeout_min_ms: u64,
     /// Raft election timeout upper bound, ms.
     pub election_timeout_max_ms: u64,
+    /// The runtime's worker threads (docs/configuration.md, "Threads");
+    /// `None` = one per core available to the process.
+    pub worker_threads: Option<usize>,
 }
 
 impl Default for Config {
@@ -229,6 +232,7 @@ impl Default for Config {
             heartbeat_ms: 50,
             election_timeout_min_ms: 1160,
             election_timeout_max_ms: 1200,
+            worker_threads: None,
         }
     }
 }

@@ -13,6 +13,9 @@ pub const PEER_AUTH_MISSING: &str = "cluster mode needs peer authentication (els
      joins the cluster): give a peer token (--peer-token-file FILE, or the environment variable \
      TICKETING_PEER_TOKEN) and/or mutual TLS between peers (--peer-tls-cert, --peer-tls-key, --peer-tls-ca)";
 
+/// The most `--worker-threads` (tokio's own cap is far above any machine's cores).
+const MAX_WORKER_THREADS: usize = 1024;
+
 /// A listen address must be `host:port` that resolves (`--listen nonsense`
 /// is a configuration error, exit 2; a port in use is a run-time error).
 /// `--peers` trimmed, checked for the 3-or-5 rule and duplicates; `--bootstrap` needs them.
@@ -252,6 +255,12 @@ impl Config {
             return Err(invalid("--peer-token-file", PEER_AUTH_MISSING));
         }
         let admin_listen = cli.admin_listen;
+        let worker_threads = match cli.worker_threads {
+            Some(n) if !(1..=MAX_WORKER_THREADS).contains(&n) => {
+                return Err(invalid("--worker-threads", format!("must be in 1-{MAX_WORKER_THREADS}, got {n}")));
+            }
+            n => n,
+        };
         check_address("--listen", &listen)?;
         for (setting, addr) in [("--peer-listen", &peer_listen), ("--admin-listen", &admin_listen)] {
             if let Some(addr) = addr {
@@ -285,6 +294,7 @@ impl Config {
             heartbeat_ms,
             election_timeout_min_ms,
             election_timeout_max_ms,
+            worker_threads,
         })
     }
 

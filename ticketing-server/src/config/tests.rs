@@ -213,3 +213,16 @@ fn start_grace_from_flag_and_file_and_its_range() {
         }
     }
 }
+
+#[test]
+fn worker_threads() {
+    assert_eq!(Config::resolve(cli(&[])).unwrap().worker_threads, None, "default: tokio's, one per core");
+    assert_eq!(Config::resolve(cli(&["--worker-threads", "3"])).unwrap().worker_threads, Some(3));
+    for bad in ["0", "1025"] {
+        let e = Config::resolve(cli(&["--worker-threads", bad])).unwrap_err();
+        assert_eq!(e.to_string(), format!("--worker-threads: must be in 1-1024, got {bad}"));
+    }
+    let file = tmp("threads.toml", "worker_threads = 2\n");
+    let c = Config::resolve(cli(&["--config", file.to_str().unwrap()])).unwrap();
+    assert_eq!(c.worker_threads, Some(2));
+}
