@@ -40,6 +40,26 @@ pub enum GrantKind {
     },
 }
 
+impl GrantKind {
+    /// Every kind's name, in [`GrantKind::index`] order: a waiter's `kind` in
+    /// `/locks/<key>` and the label of `ticketing_grants_by_kind_total`.
+    pub const NAMES: [&'static str; 3] = ["exclusive", "shared", "all"];
+
+    /// Its position in [`GrantKind::NAMES`].
+    pub fn index(&self) -> usize {
+        match self {
+            GrantKind::Exclusive => 0,
+            GrantKind::Shared { .. } => 1,
+            GrantKind::All { .. } => 2,
+        }
+    }
+
+    /// Its name: `exclusive`, `shared` or `all`.
+    pub fn name(&self) -> &'static str {
+        GrantKind::NAMES[self.index()]
+    }
+}
+
 /// Who a key is handed to in the same command that frees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NextHolder {

@@ -356,3 +356,10 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn grant_kind_names() {
+    let all = GrantKind::All { keys: vec![k("a"), k("b")] };
+    let names: Vec<_> = [GrantKind::Exclusive, GrantKind::Shared { n: 3 }, all].iter().map(GrantKind::name).collect();
+    assert_eq!(names, ["exclusive", "shared", "all"]);
+}

@@ -190,7 +190,7 @@ impl Metrics {
         registry.register("grants", "Grants committed (direct and hand-over)", grants.clone());
         let by_kind = Family::<Vec<(String, String)>, Counter>::default();
         let kind = |k: &str| by_kind.get_or_create(&vec![("kind".to_owned(), k.to_owned())]).clone();
-        let grants_by_kind = [kind("exclusive"), kind("shared"), kind("all")];
+        let grants_by_kind = crate::locks::GrantKind::NAMES.map(kind);
         registry.register(
             "grants_by_kind",
             "Grants committed by kind: exclusive (A), shared (S, counted), all (K, multi-key)",
@@ -302,13 +302,7 @@ impl Metrics {
 
     /// Counts one committed grant of `kind` (by kind).
     pub fn observe_kind(&self, kind: &crate::locks::GrantKind) {
-        use crate::locks::GrantKind;
-        let i = match kind {
-            GrantKind::Exclusive => 0,
-            GrantKind::Shared { .. } => 1,
-            GrantKind::All { .. } => 2,
-        };
-        self.grants_by_kind[i].inc();
+        self.grants_by_kind[kind.index()].inc();
     }
 
     /// Counts one committed grant that waited `waited_ms` since its `A` was read.

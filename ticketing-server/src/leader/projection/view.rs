@@ -45,11 +45,7 @@ impl Projection {
                 client: client(w.conn),
                 waited_ms: ms(now.saturating_duration_since(w.read_at)),
                 wait_left_ms: ms(w.wait_until.saturating_duration_since(now)),
-                kind: match w.kind {
-                    GrantKind::Exclusive => "exclusive",
-                    GrantKind::Shared { .. } => "shared",
-                    GrantKind::All { .. } => "all",
-                },
+                kind: w.kind.name(),
                 n: match w.kind {
                     GrantKind::Shared { n } => Some(n),
                     _ => None,
