@@ -37,6 +37,14 @@ pub fn default_server_bin() -> PathBuf {
     me.with_file_name("ticketing-server")
 }
 
+/// The worker threads each node of an `n`-node cluster on this machine gets:
+/// its share of the cores, at least one (docs/benchmarks.md, "How the systems
+/// are run"; `scripts/bench-peers` gives etcd and ZooKeeper the same).
+pub fn node_threads(n: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    (cores / n.max(1)).max(1)
+}
+
 impl Servers {
     /// Starts `n` nodes (1 = standalone, 3 = a cluster bootstrapped by node
     /// 0) with `extra` flags on every node, and waits (up to 30 s) for a
@@ -80,6 +88,9 @@ impl Servers {
             cmd.args(extra).env("RUST_LOG", filter);
             if let Some(d) = data {
                 cmd.arg("--data-dir").arg(d.join(format!("node{i}-data")));
+            }
+            if n > 1 {
+                cmd.arg("--worker-threads").arg(node_threads(n).to_string());
             }
             let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot start {}: {e}", bin.display()))?;
             servers.nodes[i].child = Some(child);

@@ -14,7 +14,7 @@ mod snapshot;
 mod table;
 pub mod wire;
 
-pub use snapshot::SnapshotError;
+pub use snapshot::{SnapshotDraft, SnapshotError};
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;

@@ -25,6 +25,26 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// [`lock`] from an async task: when the lock is taken (a snapshot being
+/// copied on a blocking-pool thread), waits with the runtime told, so its
+/// other tasks (heartbeats, client answers) go on meanwhile, even on a
+/// runtime of one worker thread (docs/configuration.md, "Threads").
+fn lock_async<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.try_lock() {
+        Ok(guard) => guard,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => {
+            let multi = tokio::runtime::Handle::try_current()
+                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+            if multi {
+                tokio::task::block_in_place(|| lock(m))
+            } else {
+                lock(m)
+            }
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct LogInner {
     last_purged: Option<LogId<NodeId>>,
@@ -194,7 +214,7 @@ impl StateMachine {
 
     /// A copy of the applied lock state.
     pub fn locks(&self) -> LockState {
-        lock(&self.inner).locks.clone()
+        lock_async(&self.inner).locks.clone()
     }
 
     /// Whether the commands applied since the last snapshot reached
@@ -206,7 +226,7 @@ impl StateMachine {
 
     /// Runs `f` on the applied lock state without copying it.
     pub fn with_locks<T>(&self, f: impl FnOnce(&LockState) -> T) -> T {
-        f(&lock(&self.inner).locks)
+        f(&lock_async(&self.inner).locks)
     }
 }
 
@@ -221,11 +241,16 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         // heartbeats at the same moment. Now only applies wait.
         let inner = self.inner.clone();
         let due = self.due.clone();
+        // The lock is held for a linear copy of the holders only; the sort
+        // into key order runs after it is released.
         let built = tokio::task::spawn_blocking(move || {
-            let mut inner = lock(&inner);
-            inner.since_snapshot = 0;
-            due.store(false, std::sync::atomic::Ordering::Relaxed);
-            (inner.locks.to_snapshot(), inner.last_applied, inner.membership.clone())
+            let (draft, last, membership) = {
+                let mut inner = lock(&inner);
+                inner.since_snapshot = 0;
+                due.store(false, std::sync::atomic::Ordering::Relaxed);
+                (inner.locks.snapshot_draft(), inner.last_applied, inner.membership.clone())
+            };
+            (draft.finish(), last, membership)
         })
         .await;
         let (data, last, membership) = built.map_err(|e| StorageIOError::read_state_machine(&e))?;
@@ -247,7 +272,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     type SnapshotBuilder = Self;
 
     async fn applied_state(&mut self) -> StorageResult<(Option<LogId<NodeId>>, StoredMembership<NodeId, NodeInfo>)> {
-        let inner = lock(&self.inner);
+        let inner = lock_async(&self.inner);
         Ok((inner.last_applied, inner.membership.clone()))
     }
 
@@ -255,7 +280,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
     {
-        let mut inner = lock(&self.inner);
+        let mut inner = lock_async(&self.inner);
         let mut out = Vec::new();
         for entry in entries {
             inner.last_applied = Some(entry.log_id);
@@ -308,7 +333,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             persist(dir, meta, &data).await?;
         }
         {
-            let mut inner = lock(&self.inner);
+            let mut inner = lock_async(&self.inner);
             inner.last_applied = meta.last_log_id;
             inner.membership = meta.last_membership.clone();
             inner.locks = locks;
@@ -336,6 +361,41 @@ mod tests {
 
     fn entry(index: u64, payload: EntryPayload<TypeConfig>) -> Entry<TypeConfig> {
         Entry { log_id: LogId::new(CommittedLeaderId::new(1, NodeId(7)), index), payload }
+    }
+
+    /// A snapshot being copied holds the state's lock on a blocking-pool
+    /// thread; an apply that waits for it must not hold the runtime's only
+    /// worker (before, the whole node stopped answering meanwhile).
+    #[test]
+    fn an_apply_waiting_for_the_lock_leaves_a_one_thread_runtime_running() {
+        use std::sync::mpsc::channel;
+        use std::time::Duration;
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let sm = StateMachine::default();
+        let (inner, (locked_tx, locked_rx), (release_tx, release_rx)) = (sm.inner.clone(), channel(), channel::<()>());
+        let holder = std::thread::spawn(move || {
+            let guard = lock(&inner);
+            locked_tx.send(()).unwrap();
+            let _ = release_rx.recv_timeout(Duration::from_secs(60));
+            drop(guard);
+        });
+        locked_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        let (started_tx, started_rx) = channel();
+        let mut applier = sm.clone();
+        let apply = rt.spawn(async move {
+            started_tx.send(()).unwrap();
+            applier.apply(vec![entry(1, EntryPayload::Blank)]).await.unwrap().len()
+        });
+        started_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        // The apply is now waiting for the lock: another task still runs.
+        let (ping_tx, ping_rx) = channel();
+        rt.spawn(async move { ping_tx.send(()).unwrap() });
+        let pinged = ping_rx.recv_timeout(Duration::from_secs(10));
+        release_tx.send(()).unwrap();
+        holder.join().unwrap();
+        assert!(pinged.is_ok(), "no other task ran while the apply waited for the lock");
+        assert_eq!(rt.block_on(apply).unwrap(), 1);
+        assert_eq!(lock(&sm.inner).last_applied.map(|l| l.index), Some(1));
     }
 
     #[tokio::test]
