@@ -250,10 +250,13 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
                 due.store(false, std::sync::atomic::Ordering::Relaxed);
                 (inner.locks.snapshot_draft(), inner.last_applied, inner.membership.clone())
             };
-            (draft.finish(), last, membership)
+            // The copy kept for `get_current_snapshot` is made here too: tens
+            // of megabytes at a million holders, off the async workers.
+            let data = draft.finish();
+            (data.clone(), data, last, membership)
         })
         .await;
-        let (data, last, membership) = built.map_err(|e| StorageIOError::read_state_machine(&e))?;
+        let (data, kept, last, membership) = built.map_err(|e| StorageIOError::read_state_machine(&e))?;
         let seq = self.snapshot_seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         let snapshot_id = match last {
             Some(l) => format!("{}-{}-{seq}", l.leader_id, l.index),
@@ -263,7 +266,7 @@ impl RaftSnapshotBuilder<TypeConfig> for StateMachine {
         if let Some(dir) = &self.dir {
             persist(dir, &meta, &data).await?;
         }
-        *lock(&self.snapshot) = Some(StoredSnapshot { meta: meta.clone(), data: data.clone() });
+        *lock(&self.snapshot) = Some(StoredSnapshot { meta: meta.clone(), data: kept });
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
     }
 }
