@@ -97,13 +97,26 @@ async fn bad_configuration_exits_2_with_a_message() {
     assert_eq!(code, Some(2));
 }
 
-/// The runtime's worker threads of the process `pid`: tokio names them `tokio-rt-worker`.
-fn worker_threads_of(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|name| name.trim() == "tokio-rt-worker")
-        .count()
+/// The runtime's worker threads of the process `pid` once there are `want`
+/// (or, after 10 s, however many there are): tokio names them
+/// `tokio-rt-worker`. Waited for, because the runtime starts its workers
+/// while the server already serves, and a new thread takes its name only once
+/// it runs.
+fn worker_threads_of(pid: u32, want: usize) -> usize {
+    let count = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|name| name.trim() == "tokio-rt-worker")
+            .count()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut n = count();
+    while n != want && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        n = count();
+    }
+    n
 }
 
 #[tokio::test]
@@ -111,13 +124,13 @@ async fn worker_threads_sets_the_runtime_threads() {
     // docs/configuration.md, "Threads": the flag, its variable, and the default of one per core.
     let s = Server::with(&[], &["--worker-threads", "3"]);
     assert_eq!(waiters_allowed(&s, "t").await, 10, "serves");
-    assert_eq!(worker_threads_of(s.pid()), 3);
+    assert_eq!(worker_threads_of(s.pid(), 3), 3);
     let s = Server::with(&[("TICKETING_WORKER_THREADS", "1")], &[]);
     assert_eq!(waiters_allowed(&s, "t").await, 10);
-    assert_eq!(worker_threads_of(s.pid()), 1);
+    assert_eq!(worker_threads_of(s.pid(), 1), 1);
     let s = Server::with(&[], &[]);
     let cores = std::thread::available_parallelism().unwrap().get();
-    assert_eq!(worker_threads_of(s.pid()), cores);
+    assert_eq!(worker_threads_of(s.pid(), cores), cores);
     let (code, err) = run_failing(&[], &["--worker-threads", "0"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--worker-threads: must be in 1-1024"), "{err}");
