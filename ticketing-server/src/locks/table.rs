@@ -9,12 +9,10 @@
 //! Lookups hash the key bytes only.
 
 use super::Holder;
-use std::borrow::Borrow;
-use std::collections::HashMap;
-use std::hash::{Hash, Hasher};
+use std::hash::BuildHasher;
 use ticketing_proto::{Key, Owner, Token};
 
-/// `[key_len][lease_s][key][owner]`; hashed and compared by the key only.
+/// `[key_len][lease_s][key][owner]`; the table hashes and compares its key only.
 #[derive(Debug, Clone)]
 struct Slot(Box<[u8]>);
 
@@ -39,29 +37,26 @@ impl Slot {
     }
 }
 
-impl Hash for Slot {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        // Must hash exactly like the `[u8]` it borrows as.
-        self.key().hash(state)
-    }
-}
-impl PartialEq for Slot {
-    fn eq(&self, other: &Slot) -> bool {
-        self.key() == other.key()
-    }
-}
-impl Eq for Slot {}
-impl Borrow<[u8]> for Slot {
-    fn borrow(&self) -> &[u8] {
-        self.key()
-    }
+/// Holders by key, compactly (see the module docs). A raw hash table, so a
+/// holder can also be found by the hash of its key ([`HeldTable::hash_of`],
+/// [`HeldTable::by_hash`]): one hasher, seeded at random once per process,
+/// so a key has the same hash in every table of the process (a snapshot
+/// installed, a state rebuilt) and in no other process.
+#[derive(Clone, Default)]
+pub(super) struct HeldTable {
+    /// Per held key: its slot and `(token, granted_dt)`.
+    table: hashbrown::HashTable<(Slot, (u64, u64))>,
 }
 
-/// Holders by key, compactly (see the module docs).
-#[derive(Debug, Clone, Default)]
-pub(super) struct HeldTable {
-    /// `(token, granted_dt)` per slot.
-    map: HashMap<Slot, (u64, u64)>,
+fn hasher() -> &'static std::collections::hash_map::RandomState {
+    static HASHER: std::sync::OnceLock<std::collections::hash_map::RandomState> = std::sync::OnceLock::new();
+    HASHER.get_or_init(Default::default)
+}
+
+impl std::fmt::Debug for HeldTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HeldTable").field("len", &self.table.len()).finish()
+    }
 }
 
 /// One holder as the table stores it, borrowed.
@@ -93,38 +88,62 @@ impl HolderRef<'_> {
     }
 }
 
+fn holder_ref((slot, (token, granted_dt)): &(Slot, (u64, u64))) -> HolderRef<'_> {
+    HolderRef { key: slot.key(), owner: slot.owner(), token: *token, lease_s: slot.lease_s(), granted_dt: *granted_dt }
+}
+
 impl HeldTable {
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.table.len()
+    }
+
+    /// The hash of `key` (the same in every table of this process, and
+    /// meaningless in any other).
+    pub fn hash_of(key: &[u8]) -> u64 {
+        hasher().hash_one(key)
+    }
+
+    fn find(&self, key: &[u8]) -> Option<&(Slot, (u64, u64))> {
+        self.table.find(Self::hash_of(key), |(slot, _)| slot.key() == key)
     }
 
     pub fn contains(&self, key: &[u8]) -> bool {
-        self.map.contains_key(key)
+        self.find(key).is_some()
     }
 
     pub fn get(&self, key: &[u8]) -> Option<HolderRef<'_>> {
-        let (slot, &(token, granted_dt)) = self.map.get_key_value(key)?;
-        Some(HolderRef { key: slot.key(), owner: slot.owner(), token, lease_s: slot.lease_s(), granted_dt })
+        self.find(key).map(holder_ref)
+    }
+
+    /// Every holder whose key has the hash `hash` ([`HeldTable::hash_of`]).
+    pub fn by_hash(&self, hash: u64) -> impl Iterator<Item = HolderRef<'_>> {
+        self.table.iter_hash(hash).filter(move |(slot, _)| Self::hash_of(slot.key()) == hash).map(holder_ref)
     }
 
     /// Sets the holder of `key` (replacing any).
     pub fn insert(&mut self, key: &[u8], owner: &[u8], token: Token, lease_s: u8, granted_dt: u64) {
-        self.map.remove(key);
-        self.map.insert(Slot::new(key, owner, lease_s), (token.get(), granted_dt));
+        let hash = Self::hash_of(key);
+        let entry = (Slot::new(key, owner, lease_s), (token.get(), granted_dt));
+        match self.table.entry(hash, |(slot, _)| slot.key() == key, |(slot, _)| Self::hash_of(slot.key())) {
+            hashbrown::hash_table::Entry::Occupied(mut o) => *o.get_mut() = entry,
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                v.insert(entry);
+            }
+        }
     }
 
     pub fn remove(&mut self, key: &[u8]) -> bool {
-        self.map.remove(key).is_some()
+        match self.table.find_entry(Self::hash_of(key), |(slot, _)| slot.key() == key) {
+            Ok(o) => {
+                o.remove();
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = HolderRef<'_>> {
-        self.map.iter().map(|(slot, &(token, granted_dt))| HolderRef {
-            key: slot.key(),
-            owner: slot.owner(),
-            token,
-            lease_s: slot.lease_s(),
-            granted_dt,
-        })
+        self.table.iter().map(holder_ref)
     }
 }
 
@@ -134,3 +153,33 @@ impl PartialEq for HeldTable {
     }
 }
 impl Eq for HeldTable {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_holders_by_key_and_by_the_hash_of_their_key() {
+        let mut t = HeldTable::default();
+        let token = |n| Token::new(n).unwrap();
+        for i in 1..=1000u64 {
+            t.insert(format!("k{i}").as_bytes(), format!("o{i}").as_bytes(), token(i), 5, i);
+        }
+        t.insert(b"k7", b"again", token(2000), 9, 3);
+        assert_eq!(t.len(), 1000);
+        for i in 1..=1000u64 {
+            let key = format!("k{i}");
+            let found: Vec<_> = t.by_hash(HeldTable::hash_of(key.as_bytes())).collect();
+            assert_eq!(found.len(), 1, "{key}");
+            assert_eq!(found[0], t.get(key.as_bytes()).unwrap());
+        }
+        let k7 = t.get(b"k7").unwrap();
+        assert_eq!((k7.owner, k7.token, k7.lease_s, k7.granted_dt), (&b"again"[..], 2000, 9, 3));
+        // The same hash in another table of the process.
+        let mut other = HeldTable::default();
+        other.insert(b"k7", b"x", token(1), 1, 0);
+        assert_eq!(other.by_hash(HeldTable::hash_of(b"k7")).count(), 1);
+        assert!(t.remove(b"k7") && !t.remove(b"k7"));
+        assert_eq!((t.len(), t.by_hash(HeldTable::hash_of(b"k7")).count(), t.get(b"k7")), (999, 0, None));
+    }
+}
