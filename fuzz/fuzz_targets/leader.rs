@@ -37,6 +37,10 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut now = Instant::now();
     let mut leader = Leader::new(limits.clone(), Arc::new(Metrics::default()), me.clone(), now);
+    // Half the inputs let every idle held key leave the projection (dormant).
+    if data.first().is_some_and(|b| b & 0x80 != 0) {
+        leader.set_dormant_above(0);
+    }
     let mut state = LockState::new();
     let mut epoch = 1;
     let serving = |epoch, serving| Leadership { serving, active: true, leader: Some(me.clone()), epoch };
@@ -74,7 +78,7 @@ fuzz_target!(|data: &[u8]| {
                     lease: 1 + (op >> 4) % 3,
                     read_at: now,
                 };
-                leader.handle_request(now, conn, r);
+                leader.handle_request(now, conn, r, &state);
             }
             2 => {
                 next_id += 1;
@@ -84,12 +88,12 @@ fuzz_target!(|data: &[u8]| {
                     .get(usize::from(op >> 4) % (given.len() + 1))
                     .cloned()
                     .unwrap_or_else(|| (Owner::new("nobody").unwrap(), Token::new(7).unwrap()));
-                leader.handle_request(now, conn, Request::Release { id: RequestId(next_id), key: k, owner, token });
+                leader.handle_request(now, conn, Request::Release { id: RequestId(next_id), key: k, owner, token }, &state);
             }
             3 => {
                 next_id += 1;
                 let owner = Owner::new(format!("o{}", op >> 2)).unwrap();
-                leader.handle_request(now, conn, Request::Holds { id: RequestId(next_id), key: key(arg >> 2), owner });
+                leader.handle_request(now, conn, Request::Holds { id: RequestId(next_id), key: key(arg >> 2), owner }, &state);
             }
             4 | 5 => {
                 if let Some(b) = pending.pop_front() {
@@ -109,7 +113,7 @@ fuzz_target!(|data: &[u8]| {
                 let until = now + Duration::from_millis(u64::from(arg) * 20);
                 while let Some(at) = leader.poll_timeout().filter(|at| *at <= until) {
                     now = now.max(at);
-                    leader.handle_timeout(now);
+                    leader.handle_timeout(now, &state);
                     while let Some((c, d)) = leader.poll_delivery() {
                         check_delivery(c, d, &mut answered, &mut granted, &mut last_token, &kinds);
                     }

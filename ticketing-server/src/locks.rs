@@ -16,6 +16,13 @@ pub mod wire;
 
 pub use snapshot::{SnapshotDraft, SnapshotError};
 
+/// The hash of `key` that the holder table finds it by
+/// ([`LockState::exclusive_by_hash`]): the same for the process's life, in
+/// every state of it, and in no other process.
+pub fn key_hash(key: &Key) -> u64 {
+    table::HeldTable::hash_of(key.as_bytes())
+}
+
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use table::HeldTable;
@@ -330,6 +337,11 @@ impl LockState {
             Some(h) => h.to_holder().into_iter().collect(),
             None => self.counted.get(key).cloned().unwrap_or_default(),
         }
+    }
+
+    /// The exclusive holders whose key has the hash `hash` ([`key_hash`]).
+    pub fn exclusive_by_hash(&self, hash: u64) -> Vec<(Key, Holder)> {
+        self.held.by_hash(hash).filter_map(|h| Some((h.to_key()?, h.to_holder()?))).collect()
     }
 
     /// Number of holders (a counted holder counts as one held key).

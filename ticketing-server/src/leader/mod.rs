@@ -47,7 +47,7 @@ use crate::domain_time::{self, DomainClock};
 use crate::locks::{GrantKind, Holder, LockState};
 use crate::manager::metrics::Metrics;
 use crate::replication::{self, Leadership};
-use projection::{Grant, Holding, Projection, QueuedQuery, QueuedRelease, Waiter};
+use projection::{Grant, Projection, QueuedQuery, QueuedRelease, Waiter};
 use proposals::Outbox;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -55,7 +55,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use ticketing_proto::{Addr, Key, Owner, RequestId, ServerFrame, Token};
 use timers::TimerKind;
-use tracing::debug;
+use tracing::{debug, warn};
 
 /// Identifies one client connection for the lifetime of the process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -136,11 +136,17 @@ pub enum Request {
 pub trait AppliedView {
     /// Every applied holder of `key`.
     fn applied_holders(&self, key: &Key) -> Vec<Holder>;
+    /// The applied exclusive holders whose key has the hash `hash`
+    /// ([`crate::locks::key_hash`]).
+    fn applied_by_hash(&self, hash: u64) -> Vec<(Key, Holder)>;
 }
 
 impl AppliedView for LockState {
     fn applied_holders(&self, key: &Key) -> Vec<Holder> {
         self.holders_of(key)
+    }
+    fn applied_by_hash(&self, hash: u64) -> Vec<(Key, Holder)> {
+        self.exclusive_by_hash(hash)
     }
 }
 
@@ -262,6 +268,13 @@ impl Leader {
         }
     }
 
+    /// Sets the number of projected keys above which a key that is only
+    /// held leaves the projection (default [`projection::DORMANT_ABOVE`];
+    /// tests and the fuzz target use 0 to take that path always).
+    pub fn set_dormant_above(&mut self, n: usize) {
+        self.proj.set_dormant_above(n);
+    }
+
     fn advance(&mut self, now: Instant) {
         self.now = self.now.max(now);
     }
@@ -280,18 +293,77 @@ impl Leader {
     /// Ask again after every input (inputs arm and disarm timers).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.proj.timers().next()
+        let timer = self.proj.timers().next();
+        let dormant = self.proj.first_dormant().zip(self.clock).map(|((end_dt, _), c)| c.instant_of(end_dt, self.now));
+        match (timer, dormant) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     // ----- queries ----------------------------------------------------------
 
     /// The read-only view of `key` for `/locks/<key>` at `now`.
-    pub fn lock_info(&self, now: Instant, key: &Key) -> LockInfo {
+    pub fn lock_info(&self, now: Instant, key: &Key, applied: &dyn AppliedView) -> LockInfo {
         let clients = &self.clients;
         let client = |c: ConnId| clients.get(&c).cloned().unwrap_or_default();
         let mut info = self.proj.lock_info(key, now, &client);
         info.domain_time_ms = self.domain_now(now);
+        if self.proj.dormant() > 0 && !self.proj.knows(key) {
+            // A dormant key: its holder as the applied state has it.
+            let dt = info.domain_time_ms;
+            info.holders = applied
+                .applied_holders(key)
+                .into_iter()
+                .filter(|h| self.proj.is_dormant(key, h))
+                .map(|h| HolderInfo {
+                    owner_prefix: owner_prefix(&h.owner),
+                    token: h.token,
+                    remaining_ms: h.end_dt().saturating_sub(dt),
+                    granted_dt: h.granted_dt,
+                    slot: None,
+                })
+                .collect();
+            info.holder = info.holders.first().cloned();
+        }
         info
+    }
+
+    /// Gives each dormant key of `keys` its projection entry back.
+    fn hydrate(&mut self, keys: &[Key], applied: &dyn AppliedView) {
+        let Some(clock) = self.clock else { return };
+        if self.proj.dormant() == 0 {
+            return;
+        }
+        for key in keys {
+            if !self.proj.knows(key) {
+                self.proj.hydrate(key, applied.applied_holders(key), &clock, self.now);
+            }
+        }
+    }
+
+    /// The dormant keys whose lease ended by `now` get their entries back
+    /// and are expired like any other.
+    fn expire_dormant(&mut self, applied: &dyn AppliedView) {
+        let Some(clock) = self.clock else { return };
+        let dt = clock.dt_at(self.now);
+        while let Some(entry @ (end_dt, hash)) = self.proj.first_dormant() {
+            if end_dt > dt {
+                break;
+            }
+            let mut found = false;
+            for (key, h) in applied.applied_by_hash(hash) {
+                if h.end_dt() == end_dt && self.proj.hydrate(&key, vec![h], &clock, self.now) {
+                    found = true;
+                    self.pump(&key);
+                    break;
+                }
+            }
+            if !found {
+                warn!(end_dt, "a dormant held key is not in the applied state: no longer counted as held");
+                self.proj.drop_dormant(entry);
+            }
+        }
     }
 
     /// The `n` keys with the most live waiters now, most first (the console).
@@ -314,9 +386,16 @@ impl Leader {
         self.proj.waiters()
     }
 
-    /// Timers armed (bounded by held keys + waiters + 2).
+    /// Held keys the projection keeps no entry for (their holders are read
+    /// from the applied state when touched).
+    pub fn dormant(&self) -> usize {
+        self.proj.dormant()
+    }
+
+    /// Timers armed (bounded by held keys + waiters + 2): the timer table
+    /// and the lease ends of dormant keys.
     pub fn timers_len(&self) -> usize {
-        self.proj.timers().len()
+        self.proj.timers().len() + self.proj.dormant()
     }
 
     /// Commands proposed and not yet finished (the outbox included).
@@ -469,10 +548,17 @@ impl Leader {
     }
 
     /// A request from the registered connection `conn`.
-    pub fn handle_request(&mut self, now: Instant, conn: ConnId, request: Request) {
+    pub fn handle_request(&mut self, now: Instant, conn: ConnId, request: Request, applied: &dyn AppliedView) {
         self.advance(now);
         if !self.accepts_requests(conn) {
             return;
+        }
+        match &request {
+            Request::Holds { key, .. } | Request::Release { key, .. } => {
+                self.hydrate(std::slice::from_ref(key), applied)
+            }
+            Request::Acquire { kind: GrantKind::All { keys }, .. } => self.hydrate(keys, applied),
+            Request::Acquire { key, .. } => self.hydrate(std::slice::from_ref(key), applied),
         }
         match request {
             Request::Holds { id, key, owner } => {
@@ -545,9 +631,10 @@ impl Leader {
 
     /// Time passed: every timer due at `now` fires (waits end with `T`,
     /// leases are expired, a `Tick` is proposed, the grace ends).
-    pub fn handle_timeout(&mut self, now: Instant) {
+    pub fn handle_timeout(&mut self, now: Instant, applied: &dyn AppliedView) {
         self.advance(now);
         let now = self.now;
+        self.expire_dormant(applied);
         while let Some(timer) = self.proj.timers_mut().pop_due(now) {
             match timer {
                 TimerKind::Wait(wid) => {
@@ -599,8 +686,7 @@ impl Leader {
             let clock = DomainClock::start(applied_dt, now);
             self.clock = Some(clock);
             for (key, h) in applied.holders() {
-                let deadline = clock.instant_of(h.end_dt(), now);
-                self.proj.add_holder(&key, Holding::until(h.owner, h.token, h.granted_dt, h.slot, deadline));
+                self.proj.add_applied(&key, h, &clock, now);
             }
             self.last_proposed = now;
             let tick = self.tick();

@@ -26,9 +26,16 @@ pub use entries::{Grant, Holding, QueuedQuery, QueuedRelease, Waiter};
 use super::contention::Contention;
 use super::timers::{TimerKind, Timers};
 use super::{ConnId, WaiterId};
+use crate::domain_time::DomainClock;
 use crate::locks::GrantKind;
-use std::collections::{HashMap, HashSet, VecDeque};
+use crate::locks::Holder;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::time::Instant;
 use ticketing_proto::{Key, Owner, Token};
+
+/// The projection keeps every key while it has at most this many: above it,
+/// a key that is only held (see [`Projection::remove_if_idle`]) leaves it.
+pub const DORMANT_ABOVE: usize = 10_000;
 
 /// Per key: what almost every key has (its holders, the in-flight flag) inline,
 /// the queues only for the few keys that have any (docs/benchmarks.md,
@@ -107,12 +114,125 @@ pub struct Projection {
     total_waiters: usize,
     /// Live waiters per key, ranked (the console's most contended keys).
     contention: Contention,
+    /// Held keys the projection keeps no entry for, by their holder's lease
+    /// end (domain time, ms) and the key's hash (`locks::key_hash`): how many
+    /// of them have that pair. Their holders are read back from the applied
+    /// state when a request or the lease end touches them
+    /// ([`Projection::hydrate`]); they count in `held`.
+    dormant: BTreeMap<(u64, u64), u32>,
+    /// The keys in `dormant`.
+    dormant_len: usize,
+    /// Keys above which idle held keys go dormant ([`DORMANT_ABOVE`]).
+    dormant_above: usize,
+}
+
+/// The `dormant` index entry of `key` held by `h`: only a lone exclusive
+/// committed holder can be dormant.
+fn dormant_entry(key: &Key, h: &Holding) -> Option<(u64, u64)> {
+    match h.grant {
+        Grant::Committed { granted_dt, lease_s, slot: None, .. } if !h.shared => {
+            Some((granted_dt.saturating_add(u64::from(lease_s) * 1000), crate::locks::key_hash(key)))
+        }
+        _ => None,
+    }
 }
 
 impl Projection {
     /// An empty projection.
     pub fn new() -> Projection {
-        Projection::default()
+        Projection { dormant_above: DORMANT_ABOVE, ..Projection::default() }
+    }
+
+    /// Sets the key count above which idle held keys go dormant (tests: 0, always).
+    pub fn set_dormant_above(&mut self, n: usize) {
+        self.dormant_above = n;
+    }
+
+    /// Held keys without an entry (see `dormant`).
+    pub fn dormant(&self) -> usize {
+        self.dormant_len
+    }
+
+    /// Keys with an entry.
+    pub fn keys_len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether `key` has an entry.
+    pub fn knows(&self, key: &Key) -> bool {
+        self.keys.contains_key(key)
+    }
+
+    /// The earliest lease end (domain time) and key hash of a dormant key.
+    pub fn first_dormant(&self) -> Option<(u64, u64)> {
+        self.dormant.keys().next().copied()
+    }
+
+    /// Whether the applied holder `h` of `key` is a dormant one.
+    pub fn is_dormant(&self, key: &Key, h: &Holder) -> bool {
+        h.slot.is_none()
+            && !self.keys.contains_key(key)
+            && self.dormant.contains_key(&(h.end_dt(), crate::locks::key_hash(key)))
+    }
+
+    /// Counts one dormant key with the index entry `entry`.
+    fn put_dormant(&mut self, entry: (u64, u64)) {
+        *self.dormant.entry(entry).or_default() += 1;
+        self.dormant_len += 1;
+    }
+
+    /// Removes one dormant key with the index entry `entry`, if there is one.
+    fn take_dormant(&mut self, entry: (u64, u64)) -> bool {
+        let Some(n) = self.dormant.get_mut(&entry) else { return false };
+        *n -= 1;
+        if *n == 0 {
+            self.dormant.remove(&entry);
+        }
+        self.dormant_len -= 1;
+        true
+    }
+
+    /// A held key of a new term, from the applied state: dormant when the
+    /// state is large and it can be, else an entry with its lease timer.
+    pub fn add_applied(&mut self, key: &Key, h: Holder, clock: &DomainClock, now: Instant) {
+        let deadline = clock.instant_of(h.end_dt(), now);
+        let holding = Holding::until(h.owner, h.token, h.granted_dt, h.slot, h.lease_s, deadline);
+        match dormant_entry(key, &holding) {
+            Some(entry) if self.keys.len() >= self.dormant_above => {
+                self.held += 1;
+                self.put_dormant(entry);
+            }
+            _ => self.add_holder(key, holding),
+        }
+    }
+
+    /// Gives a dormant `key` its entry back from its applied holders
+    /// (`applied`), its lease timer at its domain-time end; nothing if the
+    /// key has an entry or is not dormant. Whether it was dormant.
+    pub fn hydrate(&mut self, key: &Key, applied: Vec<Holder>, clock: &DomainClock, now: Instant) -> bool {
+        if self.dormant_len == 0 || self.keys.contains_key(key) {
+            return false;
+        }
+        let hash = crate::locks::key_hash(key);
+        for h in applied {
+            if h.slot.is_some() || !self.take_dormant((h.end_dt(), hash)) {
+                continue;
+            }
+            let deadline = clock.instant_of(h.end_dt(), now);
+            let ks = self.keys.entry(key.clone()).or_default();
+            push_holder(&mut ks.holders, Holding::until(h.owner, h.token, h.granted_dt, None, h.lease_s, deadline));
+            self.timers.arm(TimerKind::Lease(key.clone()), deadline);
+            return true;
+        }
+        false
+    }
+
+    /// Forgets the dormant index entry `entry` that no applied holder
+    /// matches (the applied state lost it): it no longer counts as held.
+    pub fn drop_dormant(&mut self, entry: (u64, u64)) {
+        if self.take_dormant(entry) {
+            self.held -= 1;
+        }
     }
 
     /// Holders over all keys, grants being committed included.
@@ -296,11 +416,25 @@ impl Projection {
         out
     }
 
-    /// Forgets `key` if nothing refers to it any more.
+    /// Forgets `key` if nothing refers to it any more; lets it go dormant
+    /// if it is only held (one exclusive committed holder, nothing queued or
+    /// in flight) and the projection has more than `dormant_above` keys:
+    /// a million held keys then cost the leader an index entry each, not a
+    /// copy of what the applied state has (docs/benchmarks.md, "Optimizations: memory").
     pub fn remove_if_idle(&mut self, key: &Key) {
-        if self.keys.get(key).is_some_and(KeyState::is_idle) {
+        let Some(ks) = self.keys.get(key) else { return };
+        if ks.is_idle() {
             self.keys.remove(key);
+            return;
         }
+        if self.keys.len() <= self.dormant_above || ks.busy || ks.rare.is_some() || ks.holders.len() != 1 {
+            return;
+        }
+        let h = &ks.holders[0];
+        let (Some(entry), Some(deadline)) = (dormant_entry(key, h), h.deadline()) else { return };
+        self.timers.disarm(TimerKind::Lease(key.clone()), deadline);
+        self.keys.remove(key);
+        self.put_dormant(entry);
     }
 
     /// Empties the projection and the timer table (a leadership change);
@@ -313,6 +447,8 @@ impl Projection {
         self.held = 0;
         self.total_waiters = 0;
         self.contention.clear();
+        self.dormant.clear();
+        self.dormant_len = 0;
         waiters
     }
 }

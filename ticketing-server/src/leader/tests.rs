@@ -42,7 +42,10 @@ impl Sim {
     fn with_state(limits: Limits, state: LockState) -> Sim {
         let now = t0();
         let metrics = Arc::new(Metrics::default());
-        let leader = Leader::new(limits, metrics.clone(), Addr::new(ME).unwrap(), now);
+        let mut leader = Leader::new(limits, metrics.clone(), Addr::new(ME).unwrap(), now);
+        // Every idle held key leaves the projection, so each test also checks
+        // the dormant path (docs/benchmarks.md, "Optimizations: memory").
+        leader.set_dormant_above(0);
         let mut sim = Sim {
             now,
             leader,
@@ -107,7 +110,7 @@ impl Sim {
     }
 
     fn request(&mut self, conn: u64, r: Request) {
-        self.leader.handle_request(self.now, ConnId(conn), r);
+        self.leader.handle_request(self.now, ConnId(conn), r, &self.state);
         self.drain();
     }
 
@@ -136,7 +139,7 @@ impl Sim {
                 break;
             }
             self.now = self.now.max(at);
-            self.leader.handle_timeout(self.now);
+            self.leader.handle_timeout(self.now, &self.state);
             self.drain();
         }
         self.now = until;
@@ -180,7 +183,7 @@ fn grant_queue_release_handover_and_query() {
     s.acquire(1, 2, "a", "o2", 0, 5);
     assert_eq!(s.frames(), vec![ServerFrame::Timeout { id: RequestId(2), key: k("a") }]);
     s.acquire(2, 3, "a", "o3", 10, 5);
-    let info = s.leader.lock_info(s.now, &k("a"));
+    let info = s.leader.lock_info(s.now, &k("a"), &s.state);
     assert_eq!(info.waiters.len(), 1);
     assert_eq!(info.waiters[0].client, "10.0.0.2:5000");
     assert_eq!(info.holder.as_ref().unwrap().token, t1);
@@ -198,6 +201,66 @@ fn grant_queue_release_handover_and_query() {
     s.request(3, Request::Holds { id: RequestId(6), key: k("a"), owner: o("o1") });
     let want_h = ServerFrame::Held { id: RequestId(5), key: k("a"), owner: o("o3"), token: t2, remaining_ms: 3_500 };
     assert_eq!(s.frames(), vec![want_h, ServerFrame::NotHolder { id: RequestId(6), key: k("a") }]);
+}
+
+#[test]
+fn a_dormant_key_is_shown_released_and_expired_from_the_applied_state() {
+    // The Sim lets every idle held key go dormant (`set_dormant_above(0)`).
+    let mut s = Sim::new(no_ticks());
+    s.acquire(1, 1, "a", "o1", 0, 5);
+    let t1 = s.granted();
+    s.acquire(1, 2, "b", "o2", 0, 3);
+    let t2 = s.granted();
+    assert_eq!((s.leader.held(), s.leader.dormant()), (2, 2));
+    let info = s.leader.lock_info(s.now, &k("a"), &s.state);
+    assert_eq!(info.holder.as_ref().map(|h| (h.token, h.remaining_ms)), Some((t1, 5_000)));
+    // A conflicting acquire sees the holder; a query too.
+    s.acquire(2, 3, "a", "o3", 0, 5);
+    assert_eq!(s.frames(), vec![ServerFrame::Timeout { id: RequestId(3), key: k("a") }]);
+    s.request(2, Request::Holds { id: RequestId(4), key: k("b"), owner: o("o2") });
+    let want = ServerFrame::Held { id: RequestId(4), key: k("b"), owner: o("o2"), token: t2, remaining_ms: 3_000 };
+    assert_eq!(s.frames(), vec![want]);
+    // The release of a dormant key frees it.
+    s.release(1, 5, "a", "o1", t1);
+    assert_eq!(s.frames(), vec![ServerFrame::Released { id: RequestId(5), key: k("a") }]);
+    assert_eq!(s.state.holder(&k("a")), None);
+    // b's lease ends from the dormant index, at its end.
+    s.advance(Duration::from_millis(2_999));
+    assert!(s.state.holder(&k("b")).is_some());
+    s.advance(Duration::from_millis(1));
+    assert_eq!(s.state.holder(&k("b")), None, "expired at its lease end");
+    assert_eq!((s.leader.held(), s.leader.dormant(), s.leader.timers_len()), (0, 0, 1));
+}
+
+#[test]
+fn a_new_term_keeps_a_large_applied_state_dormant() {
+    let mut state = LockState::new();
+    for (i, key) in ["a", "b", "c"].iter().enumerate() {
+        let g = crate::locks::Command::Grant {
+            key: k(key),
+            owner: o(&format!("o{i}")),
+            lease_s: 2,
+            micros: 10 + i as u64,
+            dt: 500,
+        };
+        state.apply(&g);
+    }
+    let mut s = Sim::with_state(no_ticks(), state);
+    assert_eq!((s.leader.held(), s.leader.dormant()), (3, 3));
+    let t = s.state.holder(&k("b")).unwrap().token;
+    s.acquire(1, 1, "b", "x", 3, 5);
+    assert!(s.frames().is_empty(), "queued behind the dormant holder");
+    // Leases run to granted_dt + 2 s in domain time (the term starts at 500).
+    s.advance(Duration::from_millis(1_999));
+    assert!(s.frames().is_empty());
+    s.advance(Duration::from_millis(1));
+    let frames = s.frames();
+    assert!(
+        matches!(frames.as_slice(), [ServerFrame::Granted { id: RequestId(1), token, .. }] if *token > t),
+        "{frames:?}"
+    );
+    assert_eq!(s.state.holder(&k("a")), None);
+    assert_eq!((s.leader.held(), s.leader.dormant()), (1, 1), "b's new holder is dormant in its turn");
 }
 
 #[test]
@@ -321,7 +384,7 @@ fn ticks_are_committed_while_nothing_else_is() {
     assert_eq!(s.state.domain_time(), 20);
     s.advance(Duration::from_millis(45));
     assert_eq!(s.metrics.ticks.get(), 3);
-    assert_eq!(s.leader.lock_info(s.now, &k("x")).domain_time_ms, 65);
+    assert_eq!(s.leader.lock_info(s.now, &k("x"), &s.state).domain_time_ms, 65);
     // A command resets the silence: no tick 20 ms after it … but 20 ms after.
     s.acquire(1, 1, "a", "o", 0, 5);
     s.advance(Duration::from_millis(19));

@@ -29,12 +29,18 @@ struct Done {
     outcome: BatchOutcome,
 }
 
-/// The applied state as the leader reads it after a surprise (one key at a time).
+/// The applied state as the leader reads it (one key at a time): after a
+/// surprise, and for a dormant key (`leader/projection.rs`).
 struct Applied<'a>(&'a dyn Replicator);
 
 impl AppliedView for Applied<'_> {
     fn applied_holders(&self, key: &Key) -> Vec<Holder> {
         self.0.applied_holders(key)
+    }
+    fn applied_by_hash(&self, hash: u64) -> Vec<(Key, Holder)> {
+        let mut out = Vec::new();
+        self.0.with_applied(&mut |s| out = s.exclusive_by_hash(hash));
+        out
     }
 }
 
@@ -105,7 +111,7 @@ impl Driver {
                     None => break,
                 },
                 _ = tokio::time::sleep_until(next_timer.unwrap_or_else(Instant::now)), if next_timer.is_some() => {
-                    self.leader.handle_timeout(now());
+                    self.leader.handle_timeout(now(), &Applied(&*self.replicator));
                     self.deliver();
                 }
             }
@@ -186,7 +192,7 @@ impl Driver {
                 self.conns.remove(&conn);
             }
             ManagerRequest::Query { key, reply } => {
-                let _ = reply.send(self.leader.lock_info(now, &key));
+                let _ = reply.send(self.leader.lock_info(now, &key, &Applied(&*self.replicator)));
             }
             ManagerRequest::Contended { n, reply } => {
                 let _ = reply.send(self.leader.contended(n));
@@ -195,7 +201,9 @@ impl Driver {
                 self.leader.handle_drain();
                 self.drained.push(done);
             }
-            ManagerRequest::Request { conn, request } => self.leader.handle_request(now, conn, request),
+            ManagerRequest::Request { conn, request } => {
+                self.leader.handle_request(now, conn, request, &Applied(&*self.replicator))
+            }
         }
         self.deliver();
     }

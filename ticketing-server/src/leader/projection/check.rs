@@ -10,7 +10,8 @@ impl Projection {
     /// it belongs to (tests; also the fuzz target, through [`super::Leader::check`]).
     pub fn check(&self) {
         let counted = |k: &KeyState| k.holders.iter().filter(|h| h.counts()).count();
-        assert_eq!(self.held, self.keys.values().map(counted).sum::<usize>(), "held");
+        assert_eq!(self.held, self.keys.values().map(counted).sum::<usize>() + self.dormant_len, "held");
+        assert_eq!(self.dormant_len, self.dormant.values().map(|&n| n as usize).sum::<usize>(), "dormant");
         let per_key: usize = self.waiters.values().map(|w| w.keys().len()).sum();
         assert_eq!(self.total_waiters, per_key, "total_waiters");
         assert_eq!(self.total_waiters, self.keys.values().map(KeyState::live).sum::<usize>(), "live");

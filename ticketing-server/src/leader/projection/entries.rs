@@ -70,6 +70,8 @@ pub enum Grant {
         granted_dt: u64,
         /// A counted holder's slot.
         slot: Option<u16>,
+        /// Its lease, whole seconds (its domain-time end is `granted_dt + lease_s`).
+        lease_s: u8,
     },
     /// Its release or expiry is being committed: no longer a holder the
     /// key's waiters wait for, nor one a new request conflicts with. It
@@ -90,9 +92,21 @@ impl Holding {
         Holding { owner, shared, grant: Grant::Committing }
     }
 
-    /// A committed grant whose lease ends at `deadline` (`slot`: a counted one's).
-    pub fn until(owner: Owner, token: Token, granted_dt: u64, slot: Option<u16>, deadline: Instant) -> Holding {
-        Holding { owner, shared: slot.is_some(), grant: Grant::Committed { token, deadline, granted_dt, slot } }
+    /// A committed grant of `lease_s` seconds whose lease ends at `deadline`
+    /// (`slot`: a counted one's).
+    pub fn until(
+        owner: Owner,
+        token: Token,
+        granted_dt: u64,
+        slot: Option<u16>,
+        lease_s: u8,
+        deadline: Instant,
+    ) -> Holding {
+        Holding {
+            owner,
+            shared: slot.is_some(),
+            grant: Grant::Committed { token, deadline, granted_dt, slot, lease_s },
+        }
     }
 
     /// A committed grant whose lease runs `lease` seconds from `now` (its
@@ -105,7 +119,7 @@ impl Holding {
         slot: Option<u16>,
         now: Instant,
     ) -> Holding {
-        Holding::until(owner, token, granted_dt, slot, now + Duration::from_secs(u64::from(lease)))
+        Holding::until(owner, token, granted_dt, slot, lease, now + Duration::from_secs(u64::from(lease)))
     }
 
     /// Whether this is the committed grant `(owner, token)` (not one being freed).

@@ -93,6 +93,47 @@ fn holder_counts_and_lock_info() {
 }
 
 #[test]
+fn an_idle_held_key_goes_dormant_above_the_threshold_and_comes_back_from_the_applied_holder() {
+    use crate::domain_time::DomainClock;
+    use crate::locks::Holder;
+    let now = crate::test_fields::t0();
+    let clock = DomainClock::start(10_000, now);
+    let mut p = Projection::new();
+    p.set_dormant_above(1);
+    let t = Token::new(7).unwrap();
+    // Two keys held: at the threshold, so the first stays; the second goes.
+    p.add_holder(&k("a"), Holding::committed(o("oa"), t, 3, 10_000, None, now));
+    p.remove_if_idle(&k("a"));
+    assert!(p.knows(&k("a")));
+    p.add_holder(&k("b"), Holding::committed(o("ob"), t, 3, 10_000, None, now));
+    p.remove_if_idle(&k("b"));
+    assert!(!p.knows(&k("b")));
+    assert_eq!((p.held(), p.dormant(), p.timers().len()), (2, 1, 1), "b keeps its count, not its timer");
+    assert_eq!(p.first_dormant(), Some((13_000, crate::locks::key_hash(&k("b")))));
+    assert!(p.is_free(&k("b")), "a dormant key is only known after hydrate");
+    p.check();
+    // Another applied holder of b (a different lease end) is not the dormant one.
+    let applied = |lease_s| Holder { owner: o("ob"), token: t, lease_s, granted_dt: 10_000, slot: None };
+    assert!(!p.hydrate(&k("b"), vec![applied(4)], &clock, now));
+    assert!(p.hydrate(&k("b"), vec![applied(3)], &clock, now + Duration::from_secs(1)));
+    assert_eq!((p.held(), p.dormant()), (2, 0));
+    assert!(!p.is_free(&k("b")) && p.holders(&k("b"))[0].is(&o("ob"), t));
+    assert_eq!(p.timers().get(&TimerKind::Lease(k("b"))), Some(now + Duration::from_secs(3)), "at its domain-time end");
+    assert!(!p.hydrate(&k("b"), vec![applied(3)], &clock, now), "only once");
+    p.check();
+    // Counted holders never go dormant.
+    p.add_holder(&k("s"), Holding::committed(o("r1"), t, 9, 0, Some(0), now));
+    p.remove_if_idle(&k("s"));
+    assert!(p.knows(&k("s")));
+    // A dormant entry no applied holder matches stops counting.
+    p.remove_if_idle(&k("b"));
+    let entry = p.first_dormant().unwrap();
+    p.drop_dormant(entry);
+    assert_eq!((p.held(), p.dormant()), (2, 0));
+    p.check();
+}
+
+#[test]
 fn lock_info_lists_waiters_in_fifo_order_with_prefixes_only() {
     let now = crate::test_fields::t0();
     let mut p = Projection::new();

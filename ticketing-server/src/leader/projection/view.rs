@@ -23,7 +23,7 @@ impl Projection {
             .holders
             .iter()
             .filter_map(|h| match h.grant {
-                Grant::Committed { token, deadline, granted_dt, slot } => Some(HolderInfo {
+                Grant::Committed { token, deadline, granted_dt, slot, .. } => Some(HolderInfo {
                     owner_prefix: owner_prefix(&h.owner),
                     token,
                     remaining_ms: ms(deadline.saturating_duration_since(now)),

@@ -112,11 +112,15 @@ struct Model {
 }
 
 impl Model {
-    fn new() -> Model {
+    /// `dormant`: every idle held key leaves the projection (else none does).
+    fn new(dormant: bool) -> Model {
         let limits =
             Limits { max_waiters_per_key: 3, max_waiters: 5, max_held_keys: 2, tick_ms: 700, ..Limits::default() };
         let mut sim = Sim::new(limits.clone());
         sim.auto_commit = false;
+        if !dormant {
+            sim.leader.set_dormant_above(usize::MAX);
+        }
         Model {
             sim,
             limits,
@@ -156,7 +160,7 @@ impl Model {
             self.releases.insert((conn, id), (key.clone(), *token));
         }
         self.sent.insert((conn, id), Sent { key, acquire, epoch: self.epoch, answers: 0, kind });
-        self.sim.leader.handle_request(self.sim.now, conn, req);
+        self.sim.leader.handle_request(self.sim.now, conn, req, &self.sim.state);
         self.sim.drain();
     }
 
@@ -278,7 +282,7 @@ impl Model {
         // one per key: the model has 3 keys.
         assert!(l.waiters() <= self.limits.max_waiters + 3, "waiters cap");
         for n in 0..3 {
-            let q = l.lock_info(self.sim.now, &Model::key(n)).waiters.len();
+            let q = l.lock_info(self.sim.now, &Model::key(n), &self.sim.state).waiters.len();
             assert!(q <= self.limits.max_waiters_per_key, "per-key waiters cap");
         }
         assert!(l.timers_len() <= l.held() + l.waiters() + 2, "timers beyond the state");
@@ -375,8 +379,14 @@ impl Model {
         if self.serving {
             for n in 0..3 {
                 let key = Model::key(n);
-                let got: Vec<_> =
-                    self.sim.leader.lock_info(self.sim.now, &key).holders.iter().map(|h| (h.token, h.slot)).collect();
+                let got: Vec<_> = self
+                    .sim
+                    .leader
+                    .lock_info(self.sim.now, &key, &self.sim.state)
+                    .holders
+                    .iter()
+                    .map(|h| (h.token, h.slot))
+                    .collect();
                 let want: Vec<_> = self.sim.state.holders_of(&key).iter().map(|h| (h.token, h.slot)).collect();
                 assert_eq!(got, want, "projection of {key}");
             }
@@ -390,8 +400,8 @@ proptest! {
 
     /// Random histories keep every invariant (see the module docs).
     #[test]
-    fn random_histories_keep_the_invariants(ops in proptest::collection::vec(op(), 1..120)) {
-        let mut m = Model::new();
+    fn random_histories_keep_the_invariants(ops in proptest::collection::vec(op(), 1..120), dormant in any::<bool>()) {
+        let mut m = Model::new(dormant);
         for op in &ops {
             m.apply(op);
         }
