@@ -153,11 +153,6 @@ impl Projection {
         self.dormant_len
     }
 
-    /// Keys with an entry.
-    pub fn keys_len(&self) -> usize {
-        self.keys.len()
-    }
-
     /// Whether `key` has an entry.
     pub fn knows(&self, key: &Key) -> bool {
         self.keys.contains_key(key)
