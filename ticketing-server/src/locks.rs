@@ -16,6 +16,12 @@ pub mod wire;
 
 pub use snapshot::{SnapshotDraft, SnapshotError};
 
+/// The domain time (ms) at which a lease of `lease_s` seconds granted at
+/// `granted_dt` ends (docs/protocol.md, "Domain time").
+pub fn lease_end_dt(granted_dt: u64, lease_s: u8) -> u64 {
+    granted_dt.saturating_add(u64::from(lease_s) * 1000)
+}
+
 /// The hash of `key` that the holder table finds it by
 /// ([`LockState::exclusive_by_hash`]): the same for the process's life, in
 /// every state of it, and in no other process.
@@ -280,7 +286,7 @@ pub struct Holder {
 impl Holder {
     /// The domain time (ms) at which the lease ends.
     pub fn end_dt(&self) -> u64 {
-        self.granted_dt.saturating_add(u64::from(self.lease_s) * 1000)
+        lease_end_dt(self.granted_dt, self.lease_s)
     }
 }
 

@@ -131,7 +131,7 @@ pub struct Projection {
 fn dormant_entry(key: &Key, h: &Holding) -> Option<(u64, u64)> {
     match h.grant {
         Grant::Committed { granted_dt, lease_s, slot: None, .. } if !h.shared => {
-            Some((granted_dt.saturating_add(u64::from(lease_s) * 1000), crate::locks::key_hash(key)))
+            Some((crate::locks::lease_end_dt(granted_dt, lease_s), crate::locks::key_hash(key)))
         }
         _ => None,
     }
