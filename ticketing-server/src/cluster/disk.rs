@@ -4,6 +4,17 @@
 //! returns (so before it is granted); appended entries are reported flushed
 //! to openraft only from the fsync's callback (so before they are
 //! acknowledged to the leader); truncation and purge are fsynced too.
+//!
+//! The one exception is the leader's own entries: it reports them written as
+//! soon as they are queued, so openraft sends them to the followers while the
+//! leader's fsync runs, not after it (a commit then waits for one fsync
+//! round, not two). openraft may count the leader's copy before it is on
+//! disk, so what a commit makes visible waits for the journal's watermark
+//! ([`Journal::durable`]): the state machine applies an entry only once the
+//! fsync on this node covers it, and the followers are told an index is
+//! committed only up to the leader's watermark ([`clamp_commit`]). An entry
+//! is thus on the disks of a majority, the leader's included, before any
+//! node applies it or any client hears of it.
 
 use super::types::{NodeId, TypeConfig};
 use crate::durable::journal::{Flushed, JLogId, JVote, Journal};
@@ -18,11 +29,11 @@ use std::ops::{Bound, RangeBounds};
 
 type StorageResult<T> = Result<T, StorageError<NodeId>>;
 
-fn enc_id(id: &LogId<NodeId>) -> JLogId {
+pub(crate) fn enc_id(id: &LogId<NodeId>) -> JLogId {
     ((id.leader_id.term, id.leader_id.node_id.0), id.index)
 }
 
-fn dec_id(id: &JLogId) -> LogId<NodeId> {
+pub(crate) fn dec_id(id: &JLogId) -> LogId<NodeId> {
     LogId::new(CommittedLeaderId::new(id.0 .0, NodeId(id.0 .1)), id.1)
 }
 
@@ -47,17 +58,36 @@ fn read_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
     StorageIOError::read_logs(&e).into()
 }
 
-/// The durable Raft log.
+/// The durable Raft log of node `me`.
 #[derive(Debug, Clone)]
 pub struct DiskLog {
     journal: Journal,
+    me: NodeId,
 }
 
 impl DiskLog {
-    /// The Raft log kept in `journal`.
-    pub fn new(journal: Journal) -> DiskLog {
-        DiskLog { journal }
+    /// The Raft log of node `me`, kept in `journal`.
+    pub fn new(journal: Journal, me: NodeId) -> DiskLog {
+        DiskLog { journal, me }
     }
+}
+
+/// Whether `entries` are this node's own, proposed as the leader of the vote
+/// it holds: the vote on disk is committed and this node's, and every entry
+/// was written under it. Entries of an earlier term this node once led come
+/// from another leader, and wait for their fsync as every follower's do.
+fn leads(vote: Option<&JVote>, me: NodeId, entries: &[(JLogId, Vec<u8>)]) -> bool {
+    match vote {
+        Some(&(leader, 1)) if leader.1 == me.0 => entries.iter().all(|(id, _)| id.0 == leader),
+        _ => false,
+    }
+}
+
+/// The commit index to send a follower: at most what the leader's own fsync
+/// has covered (`durable`, its watermark), so that a follower never applies
+/// an entry a crash of the leader could still take back.
+pub fn clamp_commit(committed: Option<LogId<NodeId>>, durable: Option<JLogId>) -> Option<LogId<NodeId>> {
+    committed.min(durable.as_ref().map(dec_id))
 }
 
 impl RaftLogReader<TypeConfig> for DiskLog {
@@ -137,15 +167,29 @@ impl RaftLogStorage<TypeConfig> for DiskLog {
             let bytes = postcard::to_stdvec(&e.payload).map_err(|err| write_err(io::Error::other(err)))?;
             records.push((enc_id(&e.log_id), bytes));
         }
+        let Some(&(last, _)) = records.last() else {
+            callback.log_io_completed(Ok(()));
+            return Ok(());
+        };
+        let mark = self.journal.mark(last);
         let mut log = self.journal.lock();
+        let ahead = leads(log.log_state().vote(), self.me, &records);
         log.append(records).map_err(write_err)?;
+        if ahead {
+            log.flush(true, Some(Flushed::Ahead(mark))).map_err(write_err)?;
+            drop(log);
+            callback.log_io_completed(Ok(()));
+            return Ok(());
+        }
         // openraft is told the entries are flushed only once they are on disk.
-        log.flush(true, Some(Flushed::Raft(callback))).map_err(write_err)
+        log.flush(true, Some(Flushed::Raft(callback, mark))).map_err(write_err)
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
         self.journal.lock().truncate(log_id.index).map_err(write_err)?;
-        self.journal.sync().await.map_err(write_err)
+        self.journal.sync().await.map_err(write_err)?;
+        self.journal.reset_durable();
+        Ok(())
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
@@ -159,6 +203,7 @@ mod tests {
     use super::*;
     use crate::cluster::store::StateMachine;
     use crate::durable::{DataDir, Mode};
+    use openraft::storage::RaftStateMachine;
     use std::path::PathBuf;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
@@ -183,8 +228,11 @@ mod tests {
             let _ = std::fs::remove_dir_all(&path);
             let dir = Arc::new(DataDir::open(&path, Mode::Cluster, || 1).map_err(|e| read_err(io::Error::other(e)))?);
             let journal = Journal::open(&dir).map_err(|e| read_err(io::Error::other(e)))?;
-            let sm = StateMachine::recover(dir).map_err(|e| read_err(io::Error::other(e)))?;
-            Ok((Guard(path), DiskLog::new(journal), sm))
+            // The suite applies entries it never appended: a watermark past
+            // every entry (the wait itself has its own test below).
+            let (_, past_all) = tokio::sync::watch::channel(Some(((u64::MAX, u64::MAX), u64::MAX)));
+            let sm = StateMachine::recover(dir, past_all).map_err(|e| read_err(io::Error::other(e)))?;
+            Ok((Guard(path), DiskLog::new(journal, NodeId(1)), sm))
         }
     }
 
@@ -268,7 +316,7 @@ mod tests {
         let open = || {
             let dir = DataDir::open(&path, Mode::Cluster, || 3).unwrap();
             let journal = Journal::open(&dir).unwrap();
-            (dir, DiskLog::new(journal))
+            (dir, DiskLog::new(journal, NodeId(1)))
         };
         let id = |i| LogId::new(CommittedLeaderId::new(2, NodeId(3)), i);
         {
@@ -293,6 +341,79 @@ mod tests {
         let got = log.try_get_log_entries(1..4).await.unwrap();
         assert_eq!(got.iter().map(|e| e.log_id).collect::<Vec<_>>(), vec![id(1), id(2), id(3)]);
         drop((_dir, log));
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+
+    #[test]
+    fn a_leader_hurries_only_its_own_entries_under_its_committed_vote() {
+        let me = NodeId(2);
+        let entries = |leader: (u64, u64)| vec![((leader, 7), Vec::new()), ((leader, 8), Vec::new())];
+        assert!(leads(Some(&((5, 2), 1)), me, &entries((5, 2))));
+        // Not yet elected, another's vote, or entries of another term or leader.
+        assert!(!leads(Some(&((5, 2), 0)), me, &entries((5, 2))));
+        assert!(!leads(Some(&((5, 3), 1)), me, &entries((5, 3))));
+        assert!(!leads(Some(&((5, 2), 1)), me, &entries((4, 2))));
+        assert!(!leads(Some(&((5, 2), 1)), me, &[(((5, 2), 7), Vec::new()), (((5, 3), 8), Vec::new())]));
+        assert!(!leads(None, me, &entries((5, 2))));
+    }
+
+    #[test]
+    fn followers_are_told_no_commit_past_the_leaders_fsync() {
+        let id = |t, i| LogId::new(CommittedLeaderId::new(t, NodeId(1)), i);
+        assert_eq!(clamp_commit(Some(id(3, 9)), Some(((3, 1), 6))), Some(id(3, 6)));
+        assert_eq!(clamp_commit(Some(id(3, 4)), Some(((3, 1), 6))), Some(id(3, 4)));
+        assert_eq!(clamp_commit(Some(id(3, 4)), None), None);
+        assert_eq!(clamp_commit(None, Some(((3, 1), 6))), None);
+    }
+
+    fn scratch(name: &str) -> (PathBuf, Arc<DataDir>, Journal) {
+        let path = std::env::temp_dir().join(format!("ticketing-disk-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        let dir = Arc::new(DataDir::open(&path, Mode::Cluster, || 1).unwrap());
+        let journal = Journal::open(&dir).unwrap();
+        (path, dir, journal)
+    }
+
+    /// The watermark moves with each fsync, and back to the log's end after a truncation.
+    #[tokio::test]
+    async fn the_watermark_follows_the_fsyncs() {
+        let (path, _dir, journal) = scratch("watermark");
+        let mut durable = journal.durable();
+        assert_eq!(*durable.borrow(), None);
+        let at = |t, i| ((t, 1), i);
+        {
+            let mut log = journal.lock();
+            log.append((1..=4).map(|i| (at(2, i), Vec::new()))).unwrap();
+            log.flush(true, Some(Flushed::Ahead(journal.mark(at(2, 4))))).unwrap();
+        }
+        durable.wait_for(|d| *d == Some(at(2, 4))).await.unwrap();
+        let mut log = DiskLog::new(journal.clone(), NodeId(1));
+        log.truncate(dec_id(&at(2, 3))).await.unwrap();
+        assert_eq!(*durable.borrow(), Some(at(2, 2)));
+        drop((log, journal, _dir));
+        std::fs::remove_dir_all(&path).unwrap();
+    }
+
+    /// The state machine applies an entry only once the watermark covers it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn nothing_is_applied_before_its_fsync() {
+        let (path, dir, _journal) = scratch("apply-wait");
+        let (tx, rx) = tokio::sync::watch::channel(Some(((1, 1), 1)));
+        let mut sm = StateMachine::recover(dir, rx).unwrap();
+        let id = |i| LogId::new(CommittedLeaderId::new(1, NodeId(1)), i);
+        let mut applying = sm.clone();
+        let task = tokio::spawn(async move {
+            let entries = vec![Entry { log_id: id(2), payload: EntryPayload::<TypeConfig>::Blank }];
+            applying.apply(entries).await.map(|_| ())
+        });
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!task.is_finished());
+        assert_eq!(sm.applied_state().await.unwrap().0, None);
+        tx.send_replace(Some(((1, 1), 2)));
+        task.await.unwrap().unwrap();
+        assert_eq!(sm.applied_state().await.unwrap().0, Some(id(2)));
         std::fs::remove_dir_all(&path).unwrap();
     }
 }

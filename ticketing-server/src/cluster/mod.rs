@@ -442,7 +442,7 @@ async fn start_raft(
     pool: &Arc<peer::Pool>,
 ) -> Result<(Raft, store::StateMachine), ClusterError> {
     let config = Arc::new(raft_config(cfg).validate().map_err(ClusterError::RaftConfig)?);
-    let network = peer::Network { pool: pool.clone() };
+    let network = peer::Network { pool: pool.clone(), durable: None };
     let raft = match &cfg.data {
         None => {
             let sm = store::StateMachine::default();
@@ -451,8 +451,9 @@ async fn start_raft(
         }
         Some(dir) => {
             let journal = Journal::open(dir).map_err(ClusterError::DataDir)?;
-            let sm = store::StateMachine::recover(dir.clone()).map_err(ClusterError::DataDir)?;
-            let raft = Raft::new(node.id, config, network, disk::DiskLog::new(journal), sm.clone()).await;
+            let sm = store::StateMachine::recover(dir.clone(), journal.durable()).map_err(ClusterError::DataDir)?;
+            let network = peer::Network { durable: Some(journal.durable()), ..network };
+            let raft = Raft::new(node.id, config, network, disk::DiskLog::new(journal, node.id), sm.clone()).await;
             (raft, sm)
         }
     };

@@ -10,6 +10,7 @@ use super::membership;
 use super::types::{NodeId, NodeInfo, TypeConfig};
 use super::wire::{self, Body, Envelope, HandshakeRefusal, Refusal, TlsFailure, WireError, VERSION};
 use super::Node;
+use crate::durable::journal::JLogId;
 use crate::manager::metrics::LimitMetrics;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
@@ -27,7 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tracing::{debug, warn};
 
@@ -355,6 +356,9 @@ impl Pool {
 pub struct Network {
     /// The connection pool.
     pub pool: Arc<Pool>,
+    /// Durable mode: the journal's watermark, the most a follower is told is
+    /// committed ([`super::disk::clamp_commit`]).
+    pub durable: Option<watch::Receiver<Option<JLogId>>>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -362,7 +366,13 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 
     async fn new_client(&mut self, target: NodeId, node: &NodeInfo) -> PeerClient {
         let in_flight = late::Pending::new(late::max_reuse_age(self.pool.node.quorum_limit));
-        PeerClient { pool: self.pool.clone(), target, addr: node.peer.clone(), in_flight }
+        PeerClient {
+            pool: self.pool.clone(),
+            target,
+            addr: node.peer.clone(),
+            in_flight,
+            durable: self.durable.clone(),
+        }
     }
 }
 
@@ -374,6 +384,7 @@ pub struct PeerClient {
     /// AppendEntries requests still awaiting their answers, also past
     /// openraft's deadline (the `late` module).
     in_flight: late::Pending,
+    durable: Option<watch::Receiver<Option<JLogId>>>,
 }
 
 type RaftRpcError<E = openraft::error::Infallible> = RPCError<NodeId, NodeInfo, RaftError<NodeId, E>>;
@@ -397,9 +408,12 @@ impl PeerClient {
 impl RaftNetwork<TypeConfig> for PeerClient {
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
         _option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RaftRpcError> {
+        if let Some(durable) = &self.durable {
+            rpc.leader_commit = super::disk::clamp_commit(rpc.leader_commit, *durable.borrow());
+        }
         // openraft drops this future after `_option`'s TTL (one heartbeat interval);
         // the request stays in `in_flight` and its answer can serve the next.
         let range = late::Range {

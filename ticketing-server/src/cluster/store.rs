@@ -4,6 +4,7 @@
 //! [`LockState`], plus in-memory snapshots of it.
 
 use super::types::{NodeId, NodeInfo, TypeConfig};
+use crate::durable::journal::JLogId;
 use crate::durable::{DataDir, DataDirError};
 use crate::locks::LockState;
 use openraft::storage::{LogFlushed, RaftLogStorage, RaftStateMachine, Snapshot};
@@ -16,6 +17,7 @@ use std::fmt::Debug;
 use std::io::Cursor;
 use std::ops::RangeBounds;
 use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::watch;
 
 type StorageResult<T> = Result<T, StorageError<NodeId>>;
 
@@ -177,6 +179,9 @@ pub struct StateMachine {
     /// Set by `apply` once a snapshot is due, cleared when one is built or installed.
     due: Arc<std::sync::atomic::AtomicBool>,
     dir: Option<Arc<DataDir>>,
+    /// Durable mode: the journal's watermark, which an entry must have
+    /// reached before it is applied (`disk`, the leader's own entries).
+    durable: Option<watch::Receiver<Option<JLogId>>>,
 }
 
 /// Writes a snapshot to the data dir off the async threads.
@@ -195,8 +200,10 @@ async fn persist(dir: &Arc<DataDir>, meta: &SnapshotMeta<NodeId, NodeInfo>, data
 impl StateMachine {
     /// The state machine of a durable node: the data dir's snapshot, if any
     /// (a damaged one is refused with its path and the reason).
-    pub fn recover(dir: Arc<DataDir>) -> Result<StateMachine, DataDirError> {
-        let sm = StateMachine { dir: Some(dir.clone()), ..StateMachine::default() };
+    /// It applies an entry only once `durable`, the watermark of the
+    /// journal, has reached it.
+    pub fn recover(dir: Arc<DataDir>, durable: watch::Receiver<Option<JLogId>>) -> Result<StateMachine, DataDirError> {
+        let sm = StateMachine { dir: Some(dir.clone()), durable: Some(durable), ..StateMachine::default() };
         let Some((meta, data)) = dir.load_snapshot()? else { return Ok(sm) };
         let corrupt = |why: String| DataDirError::Corrupt { path: dir.path().join("snapshot"), why };
         let meta: SnapshotMeta<NodeId, NodeInfo> =
@@ -283,6 +290,11 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     where
         I: IntoIterator<Item = Entry<TypeConfig>> + Send,
     {
+        let entries: Vec<_> = entries.into_iter().collect();
+        if let (Some(durable), Some(last)) = (self.durable.as_mut(), entries.last().map(|e| e.log_id)) {
+            let want = Some(super::disk::enc_id(&last));
+            durable.wait_for(|d| *d >= want).await.map_err(|e| StorageIOError::apply(last, &e))?;
+        }
         let mut inner = lock_async(&self.inner);
         let mut out = Vec::new();
         for entry in entries {

@@ -5,6 +5,13 @@
 //! an error. One `flush(sync)` is one `fdatasync` covering every record
 //! appended before it.
 //!
+//! The journal keeps a watermark ([`Journal::durable`]): the id of the last
+//! entry an fsync has covered. A cluster leader tells openraft its own
+//! entries are written before their fsync ends, so that replication starts
+//! at once (docs/deployment.md, "Durability"); the watermark is what keeps
+//! that safe: nothing is applied, and no follower is told an entry is
+//! committed, before the leader's own fsync covers it.
+//!
 //! Log ids are `((term, leader NodeId), index)`, votes `((term, NodeId),
 //! committed)`: tuples ordered as openraft orders them. A standalone server
 //! writes term 1, leader 0.
@@ -16,6 +23,7 @@ use raft_log::{Callback, RaftLog, Types};
 use std::fmt;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::watch;
 
 /// The `raft-log` type parameters of the journal.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -43,10 +51,33 @@ impl Types for JournalTypes {
     }
 }
 
+/// The last entry of an append, to be recorded as on disk once its fsync ends.
+pub struct Mark {
+    last: JLogId,
+    durable: Arc<watch::Sender<Option<JLogId>>>,
+}
+
+impl Mark {
+    fn reached(&self) {
+        let last = Some(self.last);
+        self.durable.send_if_modified(|d| {
+            let newer = *d < last;
+            if newer {
+                *d = last;
+            }
+            newer
+        });
+    }
+}
+
 /// Who is told when a flush reached the disk.
 pub enum Flushed {
     /// openraft's append callback (called only after the fsync).
-    Raft(LogFlushed<crate::cluster::types::TypeConfig>),
+    Raft(LogFlushed<crate::cluster::types::TypeConfig>, Mark),
+    /// A leader's own entries, already reported written to openraft: the
+    /// fsync only moves the watermark. A failed fsync stops the process,
+    /// since openraft cannot be told.
+    Ahead(Mark),
     /// A waiting task.
     Notify(tokio::sync::oneshot::Sender<io::Result<()>>),
 }
@@ -54,7 +85,8 @@ pub enum Flushed {
 impl fmt::Debug for Flushed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Flushed::Raft(_) => "Flushed::Raft",
+            Flushed::Raft(..) => "Flushed::Raft",
+            Flushed::Ahead(_) => "Flushed::Ahead",
             Flushed::Notify(_) => "Flushed::Notify",
         })
     }
@@ -63,7 +95,22 @@ impl fmt::Debug for Flushed {
 impl Callback for Flushed {
     fn send(self, res: Result<(), io::Error>) {
         match self {
-            Flushed::Raft(cb) => cb.log_io_completed(res),
+            Flushed::Raft(cb, mark) => {
+                if res.is_ok() {
+                    mark.reached();
+                }
+                cb.log_io_completed(res)
+            }
+            Flushed::Ahead(mark) => match res {
+                Ok(()) => mark.reached(),
+                Err(e) => {
+                    // Entries this node leads may already be counted by its
+                    // Raft: serving on would risk granting what the disk lost.
+                    tracing::error!(error = %e, "the data dir's fsync failed; stopping");
+                    eprintln!("ticketing-server: the data dir's fsync failed ({e}); stopping");
+                    std::process::abort();
+                }
+            },
             Flushed::Notify(tx) => {
                 let _ = tx.send(res);
             }
@@ -75,6 +122,8 @@ impl Callback for Flushed {
 #[derive(Clone)]
 pub struct Journal {
     log: Arc<Mutex<RaftLog<JournalTypes>>>,
+    /// The id of the last entry an fsync has covered.
+    durable: Arc<watch::Sender<Option<JLogId>>>,
 }
 
 impl fmt::Debug for Journal {
@@ -104,7 +153,27 @@ impl Journal {
         // Payloads are read back only at start and by lagging followers.
         config.log_cache_capacity = Some(64 << 20);
         let log = RaftLog::open(Arc::new(config)).map_err(|e| dir.log_error(e))?;
-        Ok(Journal { log: Arc::new(Mutex::new(log)) })
+        // Everything found on open is on disk.
+        let durable = Arc::new(watch::Sender::new(log.log_state().last().copied()));
+        Ok(Journal { log: Arc::new(Mutex::new(log)), durable })
+    }
+
+    /// The watermark: the id of the last entry an fsync has covered.
+    pub fn durable(&self) -> watch::Receiver<Option<JLogId>> {
+        self.durable.subscribe()
+    }
+
+    /// A [`Mark`] of `last`, for a flush's callback.
+    pub fn mark(&self, last: JLogId) -> Mark {
+        Mark { last, durable: self.durable.clone() }
+    }
+
+    /// Sets the watermark to the log's last entry, all of it on disk: after a
+    /// truncation and its fsync (the entries that replace the cut ones may
+    /// have lower ids than those).
+    pub fn reset_durable(&self) {
+        let last = self.lock().log_state().last().copied();
+        self.durable.send_replace(last);
     }
 
     /// The log, locked (held briefly: appends only fill a buffer).
