@@ -6,11 +6,8 @@
 //! appended before it.
 //!
 //! The journal keeps a watermark ([`Journal::durable`]): the id of the last
-//! entry an fsync has covered. A cluster leader tells openraft its own
-//! entries are written before their fsync ends, so that replication starts
-//! at once (docs/deployment.md, "Durability"); the watermark is what keeps
-//! that safe: nothing is applied, and no follower is told an entry is
-//! committed, before the leader's own fsync covers it.
+//! entry an fsync has covered. Why a cluster node needs it, and where it is
+//! waited for, is said once, in `cluster::disk`.
 //!
 //! Log ids are `((term, leader NodeId), index)`, votes `((term, NodeId),
 //! committed)`: tuples ordered as openraft orders them. A standalone server
