@@ -83,6 +83,29 @@ fn leads(vote: Option<&JVote>, me: NodeId, entries: &[(JLogId, Vec<u8>)]) -> boo
     }
 }
 
+/// The vote a node restarts with. openraft 0.9 restarts a node whose vote
+/// on disk is its own committed vote as the leader of that term at once,
+/// without an election (`Engine::startup`). That breaks two promises here:
+/// the leader reports its own entries written before its fsync ends, so a
+/// power loss can take from its disk entries the followers keep, and a
+/// leader back in the same term would then write different entries under
+/// the same log ids (the replicas disagree: a double grant after the next
+/// failover); and even after `kill -9` it would serve at once from a state
+/// machine that has applied only up to the committed index it last wrote,
+/// not every entry it had answered (an answered grant reads `N`, an
+/// answered release comes back held). So a restarted leader starts as a
+/// candidate that has voted for itself in its old term: it campaigns in a
+/// later one like every other node, the election picks the longest log,
+/// and the winner serves only once its own term's first entry is applied
+/// (docs/deployment.md, "Durability").
+fn restart_vote(vote: Vote<NodeId>, me: NodeId) -> Vote<NodeId> {
+    if vote.is_committed() && vote.leader_id().voted_for() == Some(me) {
+        Vote::new(vote.leader_id().term, me)
+    } else {
+        vote
+    }
+}
+
 /// The commit index to send a follower: at most what the leader's own fsync
 /// has covered (`durable`, its watermark), so that a follower never applies
 /// an entry a crash of the leader could still take back.
@@ -138,8 +161,10 @@ impl RaftLogStorage<TypeConfig> for DiskLog {
         self.journal.sync().await.map_err(|e| StorageIOError::write_vote(&e).into())
     }
 
+    /// The vote on disk, except that this node's own committed vote (it was
+    /// the leader) comes back uncommitted: see [`restart_vote`].
     async fn read_vote(&mut self) -> StorageResult<Option<Vote<NodeId>>> {
-        Ok(self.journal.lock().log_state().vote().map(dec_vote))
+        Ok(self.journal.lock().log_state().vote().map(|v| restart_vote(dec_vote(v), self.me)))
     }
 
     async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StorageResult<()> {
@@ -355,6 +380,30 @@ mod tests {
         assert!(!leads(Some(&((5, 2), 1)), me, &entries((4, 2))));
         assert!(!leads(Some(&((5, 2), 1)), me, &[(((5, 2), 7), Vec::new()), (((5, 3), 8), Vec::new())]));
         assert!(!leads(None, me, &entries((5, 2))));
+    }
+
+    #[test]
+    fn a_leader_restarts_uncommitted_in_its_term_and_campaigns() {
+        let me = NodeId(2);
+        assert_eq!(restart_vote(Vote::new_committed(5, me), me), Vote::new(5, me));
+        // Another's leadership, or an uncommitted vote, is kept as it is.
+        assert_eq!(restart_vote(Vote::new_committed(5, NodeId(3)), me), Vote::new_committed(5, NodeId(3)));
+        assert_eq!(restart_vote(Vote::new(5, me), me), Vote::new(5, me));
+        assert_eq!(restart_vote(Vote::new(5, NodeId(3)), me), Vote::new(5, NodeId(3)));
+    }
+
+    /// A node that led when it stopped reads its vote back uncommitted, so
+    /// openraft starts it as a follower, not as the leader it was.
+    #[tokio::test]
+    async fn a_reopened_leader_reads_its_vote_uncommitted() {
+        let (path, _dir, journal) = scratch("restart-vote");
+        let mut log = DiskLog::new(journal, NodeId(1));
+        log.save_vote(&Vote::new_committed(4, NodeId(1))).await.unwrap();
+        assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new(4, NodeId(1))));
+        log.save_vote(&Vote::new_committed(5, NodeId(2))).await.unwrap();
+        assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new_committed(5, NodeId(2))));
+        drop((log, _dir));
+        std::fs::remove_dir_all(&path).unwrap();
     }
 
     #[test]
