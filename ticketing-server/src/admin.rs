@@ -1,5 +1,5 @@
 //! Admin HTTP (`--admin-listen`, docs/deployment.md "Admin HTTP"):
-//! `/healthz`, `/status` (JSON), `/metrics` (OpenMetrics text of the one
+//! `/healthz` and `/readyz` (docs/deployment.md, "Health"), `/status` (JSON), `/metrics` (OpenMetrics text of the one
 //! registry in `manager::metrics`), `/locks/<key>` (JSON, on the serving
 //! leader), and the console under `/ui/` (`ui`, docs/operating.md
 //! "Console"), which reads the same endpoints plus its own rates (`series`).
@@ -46,7 +46,8 @@ pub async fn serve(listener: TcpListener, state: AdminState) -> std::io::Result<
 /// Every admin route (tests serve it without a socket).
 pub fn app(state: AdminState, series: Arc<Series>) -> Router {
     Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/status", get(status))
         .route("/metrics", get(metrics))
         .route("/locks/*key", get(lock))
@@ -80,6 +81,7 @@ async fn sample(state: AdminState, series: Arc<Series>) {
 async fn refresh_gauges(s: &AdminState) {
     let m = s.manager.metrics();
     m.serving.set(i64::from(s.replicator.leadership().borrow().serving));
+    m.ready.set(i64::from(ready_now(s).await.is_ok()));
     if let (Some(c), Some(raft)) = (&s.cluster, &m.raft) {
         let cs = c.status().await;
         raft.term.set(gauge_value(cs.term));
@@ -88,6 +90,73 @@ async fn refresh_gauges(s: &AdminState) {
         raft.is_leader.set(i64::from(cs.role == "leader"));
         raft.voters.set(gauge_value(cs.members.iter().filter(|m| m.voter).count()));
         raft.quorum_ack_age.set(cs.millis_since_quorum_ack.map_or(0.0, |ms| ms as f64 / 1000.0));
+    }
+}
+
+/// How long `/healthz` waits for the lock manager's loop to answer.
+const LIVENESS_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Liveness: the lock manager's loop answers a request within
+/// [`LIVENESS_LIMIT`] (a node whose Raft or disk failed has already exited).
+async fn healthz(State(s): State<AdminState>) -> Response {
+    match tokio::time::timeout(LIVENESS_LIMIT, s.manager.contended(0)).await {
+        Ok(Ok(_)) => (StatusCode::OK, "ok\n").into_response(),
+        Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, format!("not live: {e}\n")).into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "not live: the lock manager did not answer within 2 s\n")
+            .into_response(),
+    }
+}
+
+/// Readiness (docs/deployment.md, "Health"): `Ok` with what this node does,
+/// or `Err` with why it is not ready.
+pub fn readiness(serving: bool, active: bool, leader: Option<&str>, cluster: Option<ClusterReadiness>) -> Result<String, String> {
+    if serving {
+        return Ok("ready: serving clients".into());
+    }
+    let Some(c) = cluster else {
+        return Err("not ready: not serving".into());
+    };
+    if !active {
+        return Err("not ready: not a member of a fencing domain yet (waiting to be joined or bootstrapped)".into());
+    }
+    if c.is_leader {
+        return Err("not ready: the Raft leader without a live quorum, or not caught up with its term yet".into());
+    }
+    match leader {
+        Some(l) if c.hears_leader => Ok(format!("ready: follower of the serving leader {l}")),
+        Some(l) => Err(format!("not ready: no word from the leader {l} within the election timeout")),
+        None => Err("not ready: no serving leader known".into()),
+    }
+}
+
+/// What readiness needs to know of a cluster node.
+#[derive(Debug, Clone, Copy)]
+pub struct ClusterReadiness {
+    /// Raft says this node is the leader.
+    pub is_leader: bool,
+    /// A leader sent entries or a heartbeat within the election timeout.
+    pub hears_leader: bool,
+}
+
+async fn ready_now(s: &AdminState) -> Result<String, String> {
+    let (serving, active, leader) = {
+        let l = s.replicator.leadership();
+        let l = l.borrow();
+        (l.serving, l.active, l.leader.as_ref().map(|a| a.as_str().to_owned()))
+    };
+    let cluster = s.cluster.as_ref().map(|c| ClusterReadiness {
+        is_leader: c.raft().metrics().borrow().state == openraft::ServerState::Leader,
+        hears_leader: c.hears_leader(),
+    });
+    readiness(serving, active, leader.as_deref(), cluster)
+}
+
+async fn readyz(State(s): State<AdminState>) -> Response {
+    let ready = ready_now(&s).await;
+    s.manager.metrics().ready.set(i64::from(ready.is_ok()));
+    match ready {
+        Ok(why) => (StatusCode::OK, why + "\n").into_response(),
+        Err(why) => (StatusCode::SERVICE_UNAVAILABLE, why + "\n").into_response(),
     }
 }
 

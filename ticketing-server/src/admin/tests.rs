@@ -246,3 +246,20 @@ async fn contended_lists_the_keys_with_the_most_waiters() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// `/readyz`'s rule: a serving node is ready, a follower only while it hears
+/// a leader, anything else says why not.
+#[test]
+fn readiness_says_what_a_node_does_or_why_it_is_not_ready() {
+    let follower = |hears_leader| Some(ClusterReadiness { is_leader: false, hears_leader });
+    assert!(readiness(true, true, None, None).is_ok());
+    assert!(readiness(true, true, None, follower(false)).is_ok());
+    assert_eq!(readiness(false, true, None, None), Err("not ready: not serving".into()));
+    let ok = readiness(false, true, Some("10.0.0.1:5225"), follower(true)).unwrap();
+    assert!(ok.contains("follower") && ok.contains("10.0.0.1:5225"), "{ok}");
+    assert!(readiness(false, true, Some("10.0.0.1:5225"), follower(false)).unwrap_err().contains("no word"));
+    assert!(readiness(false, true, None, follower(true)).unwrap_err().contains("no serving leader"));
+    assert!(readiness(false, false, None, follower(true)).unwrap_err().contains("fencing domain"));
+    let leader = Some(ClusterReadiness { is_leader: true, hears_leader: false });
+    assert!(readiness(false, true, None, leader).unwrap_err().contains("live quorum"));
+}

@@ -15,6 +15,9 @@
 //! committed only up to the leader's watermark ([`clamp_commit`]). An entry
 //! is thus on the disks of a majority, the leader's included, before any
 //! node applies it or any client hears of it.
+//!
+//! A failed write or fsync is fail-stop ([`Journal::stop`]): the process
+//! exits before openraft could count, apply or answer anything more.
 
 use super::types::{NodeId, TypeConfig};
 use crate::durable::journal::{Flushed, JLogId, JVote, Journal};
@@ -48,10 +51,6 @@ fn dec_vote(v: &JVote) -> Vote<NodeId> {
     } else {
         vote
     }
-}
-
-fn write_err(e: io::Error) -> StorageError<NodeId> {
-    StorageIOError::write_logs(&e).into()
 }
 
 fn read_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
@@ -157,8 +156,11 @@ impl RaftLogStorage<TypeConfig> for DiskLog {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StorageResult<()> {
-        self.journal.lock().save_vote(enc_vote(vote)).map_err(|e| StorageIOError::write_vote(&e))?;
-        self.journal.sync().await.map_err(|e| StorageIOError::write_vote(&e).into())
+        if let Err(e) = self.journal.lock().save_vote(enc_vote(vote)) {
+            self.journal.stop(&e);
+        }
+        self.journal.sync().await;
+        Ok(())
     }
 
     /// The vote on disk, except that this node's own committed vote (it was
@@ -173,7 +175,9 @@ impl RaftLogStorage<TypeConfig> for DiskLog {
         if let Some(c) = committed {
             let mut log = self.journal.lock();
             if log.log_state().committed() < Some(&enc_id(&c)) {
-                log.commit(enc_id(&c)).map_err(write_err)?;
+                if let Err(e) = log.commit(enc_id(&c)) {
+                    self.journal.stop(&e);
+                }
             }
         }
         Ok(())
@@ -189,7 +193,8 @@ impl RaftLogStorage<TypeConfig> for DiskLog {
     {
         let mut records = Vec::new();
         for e in entries {
-            let bytes = postcard::to_stdvec(&e.payload).map_err(|err| write_err(io::Error::other(err)))?;
+            let bytes = postcard::to_stdvec(&e.payload)
+                .map_err(|err| StorageError::from(StorageIOError::write_logs(&io::Error::other(err))))?;
             records.push((enc_id(&e.log_id), bytes));
         }
         let Some(&(last, _)) = records.last() else {
@@ -199,27 +204,39 @@ impl RaftLogStorage<TypeConfig> for DiskLog {
         let mark = self.journal.mark(last);
         let mut log = self.journal.lock();
         let ahead = leads(log.log_state().vote(), self.me, &records);
-        log.append(records).map_err(write_err)?;
+        if let Err(e) = log.append(records) {
+            self.journal.stop(&e);
+        }
         if ahead {
-            log.flush(true, Some(Flushed::Ahead(mark))).map_err(write_err)?;
+            if let Err(e) = log.flush(true, Some(Flushed::Ahead(mark))) {
+                self.journal.stop(&e);
+            }
             drop(log);
             callback.log_io_completed(Ok(()));
             return Ok(());
         }
         // openraft is told the entries are flushed only once they are on disk.
-        log.flush(true, Some(Flushed::Raft(callback, mark))).map_err(write_err)
+        if let Err(e) = log.flush(true, Some(Flushed::Raft(callback, mark))) {
+            self.journal.stop(&e);
+        }
+        Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
-        self.journal.lock().truncate(log_id.index).map_err(write_err)?;
-        self.journal.sync().await.map_err(write_err)?;
+        if let Err(e) = self.journal.lock().truncate(log_id.index) {
+            self.journal.stop(&e);
+        }
+        self.journal.sync().await;
         self.journal.reset_durable();
         Ok(())
     }
 
     async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
-        self.journal.lock().purge(enc_id(&log_id)).map_err(write_err)?;
-        self.journal.sync().await.map_err(write_err)
+        if let Err(e) = self.journal.lock().purge(enc_id(&log_id)) {
+            self.journal.stop(&e);
+        }
+        self.journal.sync().await;
+        Ok(())
     }
 }
 
@@ -349,15 +366,13 @@ mod tests {
             log.save_vote(&Vote::new_committed(2, NodeId(3))).await.unwrap();
             let entries: Vec<Entry<TypeConfig>> =
                 (1..=3).map(|i| Entry { log_id: id(i), payload: EntryPayload::Blank }).collect();
-            let (tx, rx) = tokio::sync::oneshot::channel();
             log.journal
                 .lock()
                 .append(entries.iter().map(|e| (enc_id(&e.log_id), postcard::to_stdvec(&e.payload).unwrap())))
                 .unwrap();
-            log.journal.lock().flush(true, Some(Flushed::Notify(tx))).unwrap();
-            rx.await.unwrap().unwrap();
+            log.journal.sync().await;
             log.save_committed(Some(id(2))).await.unwrap();
-            log.journal.sync().await.unwrap();
+            log.journal.sync().await;
         }
         let (_dir, mut log) = open();
         assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new_committed(2, NodeId(3))));

@@ -45,6 +45,12 @@ impl Hurry {
         *self.last_leader_contact.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
     }
 
+    /// Whether a leader sent this node entries or a heartbeat within `within` of `now`.
+    pub fn heard_within(&self, now: Instant, within: Duration) -> bool {
+        let heard = *self.last_leader_contact.lock().unwrap_or_else(|p| p.into_inner());
+        heard.is_some_and(|t| now.saturating_duration_since(t) <= within)
+    }
+
     /// The term this node should campaign above at once, given `resp`, its
     /// answer to `req` (see the module's docs), or `None`: it refused the
     /// candidate for the candidate's shorter log, while no leader has been

@@ -223,16 +223,15 @@ impl Node {
     }
 
     /// Joins domain `d` if this node has none; `true` if it now belongs to
-    /// `d`. A durable node records it in its data dir first (`false` if
-    /// that fails).
+    /// `d`. A durable node records it in its data dir first (a failed write
+    /// is fail-stop).
     pub fn adopt_domain(&self, d: DomainId) -> bool {
         let mut g = self.domain.lock().unwrap_or_else(|p| p.into_inner());
         match *g {
             None => {
                 if let Some(dir) = &self.data {
                     if let Err(e) = dir.save_domain(d.0) {
-                        error!(error = %e, "cannot record the fencing domain in the data dir");
-                        return false;
+                        crate::durable::fail_stop(dir.path(), &e);
                     }
                 }
                 *g = Some(d);

@@ -77,6 +77,13 @@ impl ClusterReplicator {
         &self.raft
     }
 
+    /// Whether a leader sent this node entries or a heartbeat within the
+    /// quorum limit (`--election-timeout-max-ms`): a follower that hears a
+    /// leader (`/readyz`).
+    pub fn hears_leader(&self) -> bool {
+        self.node.hurry.heard_within(Instant::now(), self.node.quorum_limit)
+    }
+
     /// The admin HTTP address of the leader this node knows, if it has one.
     pub fn leader_admin(&self) -> Option<String> {
         let m = self.raft.metrics().borrow().clone();
@@ -124,6 +131,10 @@ impl ClusterReplicator {
         }
     }
 }
+
+/// The exit code of a node whose Raft stopped on an error other than storage
+/// (`EX_SOFTWARE`).
+pub const EXIT_RAFT_FAILED: i32 = 70;
 
 /// Derives [`Leadership`] from the Raft metrics, re-checked every few
 /// milliseconds so the quorum-ack gate closes on time even when the metrics
@@ -179,6 +190,18 @@ pub(super) async fn publish_leadership(rep: Arc<ClusterReplicator>, quorum_limit
                 false
             }
         });
+        if let Some(e) = m.running_state.as_ref().err().filter(|e| !matches!(e, Fatal::Stopped)) {
+            // Raft stopped on an error (a log or state machine that cannot be
+            // read, a panic): the node can serve nothing more, so it exits
+            // for its supervisor to restart it, never lingers as a process
+            // that answers nothing (docs/deployment.md, "Disk faults").
+            error!(node = %rep.node.id, error = %e, "Raft stopped on an error: exiting");
+            let code = match e {
+                Fatal::StorageError(_) => crate::durable::EXIT_DISK_FAILED,
+                _ => EXIT_RAFT_FAILED,
+            };
+            std::process::exit(code);
+        }
         if m.running_state.is_err() || m.state == ServerState::Shutdown {
             rep.node.serving.store(false, Ordering::Release);
             rep.leadership.send_if_modified(|cur| {

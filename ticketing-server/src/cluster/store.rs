@@ -189,10 +189,11 @@ async fn persist(dir: &Arc<DataDir>, meta: &SnapshotMeta<NodeId, NodeInfo>, data
     let sig = meta.signature();
     let json = serde_json::to_value(meta).map_err(|e| StorageIOError::write_snapshot(Some(sig.clone()), &e))?;
     let (dir, data) = (dir.clone(), data.to_vec());
+    let dir_path = dir.snapshot_path();
     let saved = tokio::task::spawn_blocking(move || dir.save_snapshot(&json, &data)).await;
     match saved {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(StorageIOError::write_snapshot(Some(sig), &e).into()),
+        Ok(Err(e)) => crate::durable::fail_stop(&dir_path, &e),
         Err(e) => Err(StorageIOError::write_snapshot(Some(sig), &e).into()),
     }
 }

@@ -5,6 +5,10 @@
 //! an error. One `flush(sync)` is one `fdatasync` covering every record
 //! appended before it.
 //!
+//! Every failed write or fsync is fail-stop ([`super::fail_stop`]): the
+//! flush callbacks and [`Journal::stop`] never hand an I/O error back to a
+//! caller that could go on.
+//!
 //! The journal keeps a watermark ([`Journal::durable`]): the id of the last
 //! entry an fsync has covered. Why a cluster node needs it, and where it is
 //! waited for, is said once, in `cluster::disk`.
@@ -19,6 +23,7 @@ use raft_log::api::raft_log_writer::RaftLogWriter;
 use raft_log::{Callback, RaftLog, Types};
 use std::fmt;
 use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 
@@ -52,6 +57,7 @@ impl Types for JournalTypes {
 pub struct Mark {
     last: JLogId,
     durable: Arc<watch::Sender<Option<JLogId>>>,
+    path: Arc<PathBuf>,
 }
 
 impl Mark {
@@ -67,16 +73,16 @@ impl Mark {
     }
 }
 
-/// Who is told when a flush reached the disk.
+/// Who is told when a flush reached the disk. A failed flush is fail-stop,
+/// whoever waits for it.
 pub enum Flushed {
     /// openraft's append callback (called only after the fsync).
     Raft(LogFlushed<crate::cluster::types::TypeConfig>, Mark),
     /// A leader's own entries, already reported written to openraft: the
-    /// fsync only moves the watermark. A failed fsync stops the process,
-    /// since openraft cannot be told.
+    /// fsync only moves the watermark.
     Ahead(Mark),
-    /// A waiting task.
-    Notify(tokio::sync::oneshot::Sender<io::Result<()>>),
+    /// A waiting task ([`Journal::notify`]).
+    Notify(tokio::sync::oneshot::Sender<()>, Arc<PathBuf>),
 }
 
 impl fmt::Debug for Flushed {
@@ -84,32 +90,31 @@ impl fmt::Debug for Flushed {
         f.write_str(match self {
             Flushed::Raft(..) => "Flushed::Raft",
             Flushed::Ahead(_) => "Flushed::Ahead",
-            Flushed::Notify(_) => "Flushed::Notify",
+            Flushed::Notify(..) => "Flushed::Notify",
         })
     }
 }
 
 impl Callback for Flushed {
     fn send(self, res: Result<(), io::Error>) {
+        if let Err(e) = res {
+            // Nobody is told: openraft would count a leader's entries it may
+            // already have counted, a standalone batch would be answered `E`
+            // while its record might yet reach the disk.
+            let path = match &self {
+                Flushed::Raft(_, mark) | Flushed::Ahead(mark) => mark.path.clone(),
+                Flushed::Notify(_, path) => path.clone(),
+            };
+            super::fail_stop(&path, &e);
+        }
         match self {
             Flushed::Raft(cb, mark) => {
-                if res.is_ok() {
-                    mark.reached();
-                }
-                cb.log_io_completed(res)
+                mark.reached();
+                cb.log_io_completed(Ok(()))
             }
-            Flushed::Ahead(mark) => match res {
-                Ok(()) => mark.reached(),
-                Err(e) => {
-                    // Entries this node leads may already be counted by its
-                    // Raft: serving on would risk granting what the disk lost.
-                    tracing::error!(error = %e, "the data dir's fsync failed; stopping");
-                    eprintln!("ticketing-server: the data dir's fsync failed ({e}); stopping");
-                    std::process::abort();
-                }
-            },
-            Flushed::Notify(tx) => {
-                let _ = tx.send(res);
+            Flushed::Ahead(mark) => mark.reached(),
+            Flushed::Notify(tx, _) => {
+                let _ = tx.send(());
             }
         }
     }
@@ -119,6 +124,8 @@ impl Callback for Flushed {
 #[derive(Clone)]
 pub struct Journal {
     log: Arc<Mutex<RaftLog<JournalTypes>>>,
+    /// The log's directory (named by a fail-stop).
+    path: Arc<PathBuf>,
     /// The id of the last entry an fsync has covered.
     durable: Arc<watch::Sender<Option<JLogId>>>,
 }
@@ -152,7 +159,7 @@ impl Journal {
         let log = RaftLog::open(Arc::new(config)).map_err(|e| dir.log_error(e))?;
         // Everything found on open is on disk.
         let durable = Arc::new(watch::Sender::new(log.log_state().last().copied()));
-        Ok(Journal { log: Arc::new(Mutex::new(log)), durable })
+        Ok(Journal { log: Arc::new(Mutex::new(log)), path: Arc::new(dir.log_dir()), durable })
     }
 
     /// The watermark: the id of the last entry an fsync has covered.
@@ -162,7 +169,22 @@ impl Journal {
 
     /// A [`Mark`] of `last`, for a flush's callback.
     pub fn mark(&self, last: JLogId) -> Mark {
-        Mark { last, durable: self.durable.clone() }
+        Mark { last, durable: self.durable.clone(), path: self.path.clone() }
+    }
+
+    /// A flush callback that wakes `tx` once the flush is on disk.
+    pub fn notify(&self, tx: tokio::sync::oneshot::Sender<()>) -> Flushed {
+        Flushed::Notify(tx, self.path.clone())
+    }
+
+    /// Fail-stop on a failed write to the log ([`super::fail_stop`]).
+    pub fn stop(&self, error: &io::Error) -> ! {
+        super::fail_stop(&self.path, error)
+    }
+
+    /// The log's directory.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// Sets the watermark to the log's last entry, all of it on disk: after a
@@ -179,11 +201,24 @@ impl Journal {
         self.log.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues an fsync of everything appended so far; resolves once it is on disk.
-    pub async fn sync(&self) -> io::Result<()> {
+    /// Queues an fsync of everything appended so far; resolves once it is on
+    /// disk. A failure, or a flush worker that stopped, is fail-stop.
+    pub async fn sync(&self) {
+        let rx = self.sync_queued();
+        if rx.await.is_err() {
+            self.stop(&io::Error::other("the journal's flush worker stopped"));
+        }
+    }
+
+    /// Queues an fsync of everything appended so far: the receiver is woken
+    /// once it is on disk (fail-stop on a failure).
+    pub fn sync_queued(&self) -> tokio::sync::oneshot::Receiver<()> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.lock().flush(true, Some(Flushed::Notify(tx)))?;
-        rx.await.map_err(|_| io::Error::other("the journal's flush worker stopped"))?
+        let flushed = self.notify(tx);
+        if let Err(e) = self.lock().flush(true, Some(flushed)) {
+            self.stop(&e);
+        }
+        rx
     }
 
     /// The payloads of the entries with index in `[from, to)`, with their log ids.

@@ -16,6 +16,9 @@
 //! Opening refuses, with the path and the reason and without writing
 //! anything, a DIR that is not a Ticketing data dir, is of another format
 //! version or mode, or is corrupt; a DIR another process holds is refused too.
+//!
+//! Once running, a failed write or fsync of anything in DIR is fail-stop
+//! ([`fail_stop`]).
 
 pub mod journal;
 pub mod standalone;
@@ -154,6 +157,27 @@ impl DataDirError {
             _ => 2,
         }
     }
+}
+
+/// The exit code of a fail-stop (`EX_IOERR`): a write or fsync of the data
+/// dir failed.
+pub const EXIT_DISK_FAILED: i32 = 74;
+
+/// Fail-stop on a failed write or fsync of `path` in the data dir
+/// (docs/deployment.md, "Disk faults"): one log line naming the file and the
+/// error, then the process exits [`EXIT_DISK_FAILED`] at once, before
+/// anything else is answered. Nothing is retried: after a failed fsync the
+/// kernel may have dropped the pages it could not write, so a second fsync
+/// could "succeed" without them. What is on disk is what a restart on DIR
+/// recovers from; the supervisor restarts the node, and a DIR that cannot be
+/// read back is refused with exit 2.
+pub fn fail_stop(path: &Path, error: &dyn fmt::Display) -> ! {
+    tracing::error!(
+        path = %path.display(),
+        %error,
+        "writing the data dir failed: stopping at once (fail-stop, exit {EXIT_DISK_FAILED})"
+    );
+    std::process::exit(EXIT_DISK_FAILED)
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> DataDirError + '_ {
@@ -370,6 +394,11 @@ impl DataDir {
         bytes.push(b'\n');
         bytes.extend_from_slice(data);
         write_atomic(&path, &bytes).map_err(io_err(&path))
+    }
+
+    /// The snapshot file.
+    pub fn snapshot_path(&self) -> PathBuf {
+        self.path.join(SNAPSHOT)
     }
 
     /// Reads the snapshot, if any: its meta and the lock state bytes (checked against their checksum).

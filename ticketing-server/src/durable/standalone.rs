@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use ticketing_proto::Addr;
 use tokio::sync::watch;
-use tracing::{error, info, warn};
+use tracing::info;
 
 /// A standalone journal's log ids: term 1, leader 0.
 const LEADER: (u64, u64) = (1, 0);
@@ -28,8 +28,6 @@ struct Inner {
     next: u64,
     /// Commands since the last snapshot.
     since_snapshot: u64,
-    /// A write failed: nothing more is accepted.
-    failed: bool,
 }
 
 /// The durable standalone [`Replicator`].
@@ -94,24 +92,12 @@ impl DurableStandalone {
                 locks,
                 next: last.max(from - 1) + 1,
                 since_snapshot: replayed as u64,
-                failed: false,
             })),
             journal,
             dir,
             leadership: Arc::new(tx),
             snapshotting: Arc::new(AtomicBool::new(false)),
         })
-    }
-
-    /// Stops serving after a failed write (what is on disk is no longer what was applied).
-    fn fail(inner: &Mutex<Inner>, leadership: &watch::Sender<Leadership>, why: &std::io::Error) {
-        error!(error = %why, "writing the data dir failed: this server stops serving");
-        lock(inner).failed = true;
-        leadership.send_modify(|l| {
-            l.serving = false;
-            l.active = false;
-            l.leader = None;
-        });
     }
 
     /// Writes a snapshot at `index` in the background, then purges the journal up to it.
@@ -123,24 +109,17 @@ impl DurableStandalone {
         tokio::task::spawn_blocking(move || {
             // The records the snapshot covers are on disk first: a restart
             // never finds a snapshot ahead of the journal.
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let synced = journal.lock().flush(true, Some(super::journal::Flushed::Notify(tx)));
-            if let Err(e) = synced
-                .and_then(|_| rx.blocking_recv().unwrap_or_else(|_| Err(std::io::Error::other("flush worker stopped"))))
-            {
-                warn!(error = %e, "snapshot skipped: the journal did not sync");
-                busy.store(false, Ordering::Release);
-                return;
+            if journal.sync_queued().blocking_recv().is_err() {
+                journal.stop(&std::io::Error::other("the journal's flush worker stopped"));
             }
-            match dir.save_snapshot(&serde_json::json!({ "index": index }), &data) {
-                Ok(()) => {
-                    let mut log = journal.lock();
-                    if let Err(e) = log.purge((LEADER, index)).and_then(|_| log.flush(true, None)) {
-                        warn!(error = %e, "purging the journal after a snapshot failed");
-                    }
-                }
-                Err(e) => warn!(error = %e, "writing a snapshot failed (the journal is kept)"),
+            if let Err(e) = dir.save_snapshot(&serde_json::json!({ "index": index }), &data) {
+                super::fail_stop(&dir.snapshot_path(), &e);
             }
+            let mut log = journal.lock();
+            if let Err(e) = log.purge((LEADER, index)).and_then(|_| log.flush(true, None)) {
+                journal.stop(&e);
+            }
+            drop(log);
             busy.store(false, Ordering::Release);
         });
     }
@@ -155,19 +134,14 @@ impl Replicator for DurableStandalone {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let (outcome, snapshot) = {
             let mut inner = lock(&self.inner);
-            if inner.failed {
-                return Proposal::Ready(Err(ProposeError::Shutdown));
-            }
             let index = inner.next;
+            let flushed = self.journal.notify(tx);
             let written = {
                 let mut log = self.journal.lock();
-                log.append([((LEADER, index), bytes)])
-                    .and_then(|_| log.flush(true, Some(super::journal::Flushed::Notify(tx))))
+                log.append([((LEADER, index), bytes)]).and_then(|_| log.flush(true, Some(flushed)))
             };
             if let Err(e) = written {
-                drop(inner);
-                Self::fail(&self.inner, &self.leadership, &e);
-                return Proposal::Ready(Err(ProposeError::Unknown));
+                self.journal.stop(&e);
             }
             inner.next += 1;
             let outcome = inner.locks.apply_all(&cmds);
@@ -183,16 +157,13 @@ impl Replicator for DurableStandalone {
         if let Some((index, data)) = snapshot {
             self.snapshot(index, data);
         }
-        let (inner, leadership) = (self.inner.clone(), self.leadership.clone());
+        let journal = self.journal.clone();
         Proposal::Pending(Box::pin(async move {
-            let res = rx.await.unwrap_or_else(|_| Err(std::io::Error::other("the journal's flush worker stopped")));
-            match res {
-                Ok(()) => Ok(outcome),
-                Err(e) => {
-                    Self::fail(&inner, &leadership, &e);
-                    Err(ProposeError::Unknown)
-                }
+            // Woken only once the record is on disk (a failed fsync is fail-stop).
+            if rx.await.is_err() {
+                journal.stop(&std::io::Error::other("the journal's flush worker stopped"));
             }
+            Ok(outcome)
         }))
     }
 

@@ -163,6 +163,11 @@ pub struct Metrics {
     pub connections: Gauge,
     /// 1 if this node serves clients.
     pub serving: Gauge,
+    /// 1 if `/readyz` answers 200 (docs/deployment.md, "Health").
+    pub ready: Gauge,
+    /// When this process started, in seconds since the Unix epoch: a change
+    /// is a restart (a crash, a fail-stop on a disk error, a deploy).
+    pub start_time: Seconds,
     /// The `--max-waiters` limit (waiters queued at once, all keys).
     pub max_waiters: Gauge,
     /// Raft state; `Some` in cluster mode.
@@ -229,6 +234,20 @@ impl Metrics {
         let held_keys = gauge(&mut registry, "held_keys", "Keys held");
         let connections = gauge(&mut registry, "connections", "Client connections");
         let serving = gauge(&mut registry, "serving", "1 if this node serves clients");
+        let ready = gauge(
+            &mut registry,
+            "ready",
+            "1 if this node is ready (/readyz): it serves, or as a follower it hears a leader",
+        );
+        let start_time = Seconds::default();
+        start_time.set(
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
+        );
+        registry.register(
+            "start_time_seconds",
+            "When this process started (Unix time): a change is a restart",
+            start_time.clone(),
+        );
         let max_waiters = gauge(&mut registry, "max_waiters", "The --max-waiters limit");
         let reloads = Family::<Vec<(String, String)>, Counter>::default();
         let reloads_ok = reloads.get_or_create(&result("ok")).clone();
@@ -283,6 +302,8 @@ impl Metrics {
             held_keys,
             connections,
             serving,
+            ready,
+            start_time,
             max_waiters,
             raft,
             limits,
