@@ -259,14 +259,13 @@ async fn serve_clients<F: Future>(
         // No tokens = auth off (docs/protocol.md §3). Say so loudly when a file was given.
         warn!("the client tokens file holds no token: client authentication is OFF");
     }
-    if !config.is_standalone() && config.data_dir.is_none() && config.limits.start_grace.is_zero() {
-        // Memory mode: a whole-cluster restart is a new domain that forgets
-        // its holders (docs/deployment.md, "Start grace").
-        warn!("--start-grace is 0: a new domain grants at once; after a restart of every node set it to the longest lease in use");
-    }
-    if let Some(warning) = listener.listener.local_addr().ok().and_then(|a| open_port_warning(a, &config.client_tokens))
-    {
-        warn!("{warning}");
+    if let Ok(bound) = listener.listener.local_addr() {
+        // Memory mode with no grace beyond loopback: a restart is a new domain
+        // that forgets its holders (docs/deployment.md, "Start grace").
+        let warnings = [config.restart_hazard_warning(bound), open_port_warning(bound, &config.client_tokens)];
+        for warning in warnings.into_iter().flatten() {
+            warn!("{warning}");
+        }
     }
     info!(
         advertise = %advertise,

@@ -1,12 +1,19 @@
 //! The sample configuration `deploy/ticketing.toml` (shipped in the server
 //! tarball, and as /etc/ticketing/ticketing.toml in the Debian package) lists
 //! every setting of the server, sets each one that has a default to that
-//! default, and loads with the server's own config loader. A setting added to
-//! `ticketing-server` without a line in the sample fails here.
+//! default, sets the settings of [`PRODUCTION`] to their production values
+//! (it must run durable: docs/deployment.md, "Durability"), and loads with the
+//! server's own config loader. A setting added to `ticketing-server` without a
+//! line in the sample fails here.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use ticketing_server::config::{Cli, Config};
+
+/// The settings without a default that the sample sets on purpose, with their
+/// values: what the shipped deployment needs (a crash and a restart by the
+/// supervisor must not forget a holder).
+const PRODUCTION: &[(&str, &str)] = &[("data_dir", "/var/lib/ticketing")];
 
 fn sample_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/ticketing.toml")
@@ -79,10 +86,18 @@ fn every_setting_with_a_default_is_set_to_it() {
             }
             (Some(default), None) => panic!("deploy/ticketing.toml: {id} has the default {default}; set it"),
             (None, Some(toml::Value::Boolean(b))) => assert!(!b, "{id}: a switch is off by default"),
-            (None, Some(value)) => {
-                panic!("deploy/ticketing.toml sets {id} = {value}, which has no default: comment it")
-            }
-            (None, None) => {}
+            (None, given) => match PRODUCTION.iter().find(|(key, _)| *key == id) {
+                Some((_, production)) => assert_eq!(
+                    given.and_then(toml::Value::as_str),
+                    Some(*production),
+                    "deploy/ticketing.toml must set {id} = {production:?} (the shipped deployment)"
+                ),
+                None => {
+                    if let Some(value) = given {
+                        panic!("deploy/ticketing.toml sets {id} = {value}, which has no default: comment it")
+                    }
+                }
+            },
         }
     }
 }
@@ -102,6 +117,8 @@ fn the_sample_loads_with_the_server_loader_and_gives_the_defaults() {
         (d.heartbeat_ms, d.election_timeout_min_ms, d.election_timeout_max_ms)
     );
     assert!(c.peers.is_empty() && !c.bootstrap && c.client_tokens.is_empty() && c.admin_listen.is_none());
+    assert_eq!(c.data_dir, Some(PathBuf::from("/var/lib/ticketing")), "the sample runs durable");
+    assert_eq!(d.data_dir, None, "memory mode stays the embedded default");
 }
 
 #[test]

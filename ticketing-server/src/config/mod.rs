@@ -39,6 +39,12 @@ pub use tokens::{client_tokens, peer_tokens};
 /// Default client address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:5225";
 
+/// What a memory-mode node with no start grace risks after a restart, and
+/// both fixes (docs/deployment.md, "Start grace"): the end of
+/// [`Config::restart_hazard_warning`].
+pub const RESTART_HAZARD: &str = "forgets its holders and may grant a key whose holder is still inside its lease; \
+     set --data-dir DIR (durable) or --start-grace to your longest lease";
+
 /// A configuration error. The binary prints it and exits with code 2.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -235,4 +241,35 @@ impl Default for Config {
             worker_threads: None,
         }
     }
+}
+
+impl Config {
+    /// The warning logged at every start of a node in memory mode (no
+    /// `--data-dir`) with no start grace that can be reached beyond loopback:
+    /// its client port `bound` is not a loopback address or, in a cluster, a
+    /// peer address is not one (the cluster spans machines). Such a node
+    /// grants at once after a restart (standalone: any; cluster: of every
+    /// node) keys whose holders may still be inside their leases. `None` on
+    /// loopback (development), with a grace, and in durable mode.
+    pub fn restart_hazard_warning(&self, bound: std::net::SocketAddr) -> Option<String> {
+        let reachable = !bound.ip().to_canonical().is_loopback() || self.peers.iter().any(|p| !is_loopback_addr(p));
+        let warned = self.data_dir.is_none() && self.limits.start_grace.is_zero() && reachable;
+        warned.then(|| {
+            let after = if self.is_standalone() {
+                "after a crash and a restart this server"
+            } else {
+                "after a restart of every node this cluster"
+            };
+            format!("memory mode (no --data-dir) listening on {bound} with --start-grace 0: {after} {RESTART_HAZARD}")
+        })
+    }
+}
+
+/// Whether `host:port` names a loopback address: 127.0.0.0/8, `::1` (also
+/// IPv4-mapped) or `localhost`. Any other host name is not loopback.
+fn is_loopback_addr(addr: &str) -> bool {
+    let host = addr.rsplit_once(':').map_or(addr, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.to_canonical().is_loopback())
 }

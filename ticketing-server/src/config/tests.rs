@@ -226,3 +226,55 @@ fn worker_threads() {
     let c = Config::resolve(cli(&["--config", file.to_str().unwrap()])).unwrap();
     assert_eq!(c.worker_threads, Some(2));
 }
+
+#[test]
+fn memory_mode_without_a_grace_beyond_loopback_is_warned_about_standalone_and_cluster() {
+    let warning = |listen: &str, data_dir: bool, grace: u64, peers: &[&str]| {
+        let mut c = Config { peers: peers.iter().map(|p| p.to_string()).collect(), ..Config::default() };
+        c.data_dir = data_dir.then(|| PathBuf::from("/var/lib/ticketing"));
+        c.limits.start_grace = Duration::from_secs(grace);
+        c.restart_hazard_warning(listen.parse().unwrap())
+    };
+    // Standalone, memory mode, no grace: loopback is development, anything else is warned about.
+    for (listen, warned) in [
+        ("127.0.0.1:5225", false),
+        ("127.0.0.2:5225", false),
+        ("[::1]:5225", false),
+        ("[::ffff:127.0.0.1]:5225", false),
+        ("0.0.0.0:5225", true),
+        ("[::]:5225", true),
+        ("10.0.0.1:5225", true),
+    ] {
+        let w = warning(listen, false, 0, &[]);
+        assert_eq!(w.is_some(), warned, "{listen}: {w:?}");
+        if let Some(w) = w {
+            let bound: std::net::SocketAddr = listen.parse().unwrap();
+            assert_eq!(
+                w,
+                format!(
+                    "memory mode (no --data-dir) listening on {bound} with --start-grace 0: after a crash and a \
+                     restart this server {RESTART_HAZARD}"
+                )
+            );
+            assert!(w.contains("--data-dir DIR") && w.contains("--start-grace to your longest lease"), "{w}");
+            assert!(!w.contains('\n'), "one line");
+        }
+    }
+    // Durable mode, or a grace: nothing to warn about, wherever it listens.
+    for listen in ["0.0.0.0:5225", "127.0.0.1:5225"] {
+        assert_eq!(warning(listen, true, 0, &[]), None, "durable {listen}");
+        assert_eq!(warning(listen, false, 30, &[]), None, "grace {listen}");
+        assert_eq!(warning(listen, true, 30, &[]), None, "durable with a grace {listen}");
+    }
+    // A cluster: the same rule, its peers count as reach (a cluster on one machine is development).
+    let local = ["127.0.0.1:5226", "localhost:5227", "[::1]:5228"];
+    let spread = ["10.0.0.1:5226", "10.0.0.2:5226", "10.0.0.3:5226"];
+    let named = ["127.0.0.1:5226", "127.0.0.1:5227", "node-c:5226"];
+    assert_eq!(warning("127.0.0.1:5225", false, 0, &local), None);
+    let w = warning("0.0.0.0:5225", false, 0, &local).expect("a cluster node listening beyond loopback");
+    assert!(w.contains("after a restart of every node this cluster") && w.contains(RESTART_HAZARD), "{w}");
+    assert!(warning("127.0.0.1:5225", false, 0, &spread).is_some(), "peers on other machines");
+    assert!(warning("127.0.0.1:5225", false, 0, &named).is_some(), "a host name is not loopback");
+    assert_eq!(warning("0.0.0.0:5225", true, 0, &spread), None, "durable cluster");
+    assert_eq!(warning("0.0.0.0:5225", false, 250, &spread), None, "cluster with a grace");
+}
