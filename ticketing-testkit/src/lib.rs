@@ -9,10 +9,14 @@
 //!   mode), with the test peer token [`PEER_TOKEN`];
 //! - [`http_get`] / [`http_get_async`] / [`http_get_any`]: a raw admin HTTP GET;
 //! - [`Pki`]: the test CA and its node and client certificates;
-//! - [`line`]: the raw line-protocol client of the wire tests.
+//! - [`line`]: the raw line-protocol client of the wire tests;
+//! - [`faultfs`]: a FUSE file system that simulates power loss and disk
+//!   faults (unsynced writes lost, failing fsync/write) under a durable
+//!   server's data dir (`faultfs/README.md`).
 
 #![forbid(unsafe_code)]
 
+pub mod faultfs;
 pub mod line;
 mod pki;
 pub use pki::{pki, Pki};

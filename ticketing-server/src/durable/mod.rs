@@ -172,6 +172,13 @@ pub const EXIT_DISK_FAILED: i32 = 74;
 /// recovers from; the supervisor restarts the node, and a DIR that cannot be
 /// read back is refused with exit 2.
 pub fn fail_stop(path: &Path, error: &dyn fmt::Display) -> ! {
+    static STOPPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if STOPPING.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        // Another thread is exiting already (one line, one exit).
+        loop {
+            std::thread::park();
+        }
+    }
     tracing::error!(
         path = %path.display(),
         %error,
