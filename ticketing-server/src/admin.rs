@@ -102,14 +102,20 @@ async fn healthz(State(s): State<AdminState>) -> Response {
     match tokio::time::timeout(LIVENESS_LIMIT, s.manager.contended(0)).await {
         Ok(Ok(_)) => (StatusCode::OK, "ok\n").into_response(),
         Ok(Err(e)) => (StatusCode::SERVICE_UNAVAILABLE, format!("not live: {e}\n")).into_response(),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "not live: the lock manager did not answer within 2 s\n")
-            .into_response(),
+        Err(_) => {
+            (StatusCode::SERVICE_UNAVAILABLE, "not live: the lock manager did not answer within 2 s\n").into_response()
+        }
     }
 }
 
 /// Readiness (docs/deployment.md, "Health"): `Ok` with what this node does,
 /// or `Err` with why it is not ready.
-pub fn readiness(serving: bool, active: bool, leader: Option<&str>, cluster: Option<ClusterReadiness>) -> Result<String, String> {
+pub fn readiness(
+    serving: bool,
+    active: bool,
+    leader: Option<&str>,
+    cluster: Option<ClusterReadiness>,
+) -> Result<String, String> {
     if serving {
         return Ok("ready: serving clients".into());
     }

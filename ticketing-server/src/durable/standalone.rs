@@ -88,11 +88,7 @@ impl DurableStandalone {
         );
         let (tx, _) = watch::channel(Leadership { serving: true, active: true, leader: Some(advertise), epoch: 1 });
         Ok(DurableStandalone {
-            inner: Arc::new(Mutex::new(Inner {
-                locks,
-                next: last.max(from - 1) + 1,
-                since_snapshot: replayed as u64,
-            })),
+            inner: Arc::new(Mutex::new(Inner { locks, next: last.max(from - 1) + 1, since_snapshot: replayed as u64 })),
             journal,
             dir,
             leadership: Arc::new(tx),

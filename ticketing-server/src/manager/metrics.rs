@@ -240,9 +240,8 @@ impl Metrics {
             "1 if this node is ready (/readyz): it serves, or as a follower it hears a leader",
         );
         let start_time = Seconds::default();
-        start_time.set(
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()),
-        );
+        start_time
+            .set(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()));
         registry.register(
             "start_time_seconds",
             "When this process started (Unix time): a change is a restart",
