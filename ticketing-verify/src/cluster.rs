@@ -18,6 +18,7 @@ use nix::unistd::Pid;
 use tokio::time::Instant;
 
 use crate::proxy::Net;
+use ticketing_testkit::faultfs::FaultFs;
 
 pub use ticketing_testkit::PEER_TOKEN;
 
@@ -49,8 +50,13 @@ pub struct Cluster {
     pub net: Net,
     bin: PathBuf,
     dir: PathBuf,
-    /// Durable mode: node `i` runs with `--data-dir <run dir>/node<i>-data`.
+    /// Durable mode: node `i` runs with `--data-dir <run dir>/node<i>-data`,
+    /// or on its faultfs mount ([`Cluster::mount_disks`]).
     pub durable: bool,
+    /// Durable mode: each node's disk, a faultfs mount that loses what was
+    /// not fsynced on a power cut (ticketing-testkit/faultfs); empty when
+    /// the data dirs are plain directories.
+    pub disks: Vec<FaultFs>,
     /// Extra flags for the next starts.
     pub extra: Vec<String>,
 }
@@ -64,7 +70,25 @@ impl Cluster {
         }
         let targets: Vec<SocketAddr> = nodes.iter().map(|n| SocketAddr::from(([127, 0, 0, 1], n.peer))).collect();
         let net = Net::start(targets, seed).await?;
-        Ok(Cluster { nodes, net, bin: bin.to_owned(), dir: dir.to_owned(), durable: false, extra: Vec::new() })
+        Ok(Cluster {
+            nodes,
+            net,
+            bin: bin.to_owned(),
+            dir: dir.to_owned(),
+            durable: false,
+            disks: Vec::new(),
+            extra: Vec::new(),
+        })
+    }
+
+    /// Puts every node's data dir on a faultfs mount of its own (durable
+    /// mode), for the power-loss faults.
+    pub fn mount_disks(&mut self) -> anyhow::Result<()> {
+        for i in 0..self.nodes.len() {
+            let fs = FaultFs::mount(&format!("verify-node{i}")).map_err(|e| anyhow::anyhow!(e))?;
+            self.disks.push(fs);
+        }
+        Ok(())
     }
 
     /// Client addresses of all nodes.
@@ -77,7 +101,10 @@ impl Cluster {
     pub fn start(&mut self, i: usize, bootstrap: bool) -> anyhow::Result<()> {
         let peers = self.net.addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
         let standalone = self.nodes.len() == 1;
-        let data = self.dir.join(format!("node{i}-data"));
+        let data = match self.disks.get(i) {
+            Some(fs) => fs.path().join(format!("node{i}-data")),
+            None => self.dir.join(format!("node{i}-data")),
+        };
         let node = &mut self.nodes[i];
         node.starts += 1;
         let log = std::fs::File::create(self.dir.join(format!("node{}-{}.log", i, node.starts)))?;

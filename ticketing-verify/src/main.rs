@@ -32,9 +32,14 @@ struct Cli {
     /// Only this cluster size (3 or 5, or 1: a durable standalone server): with ci, that size runs every fault it can take.
     #[arg(long)]
     nodes: Option<usize>,
-    /// With --nodes 3 or 5: durable mode (`--data-dir` per node; adds restart-all). 1 is always durable.
+    /// With --nodes 3 or 5: durable mode (`--data-dir` per node on a faultfs
+    /// mount; adds restart-all and the power-loss faults). 1 is always durable.
     #[arg(long)]
     durable: bool,
+    /// ci: only these faults, in this order (comma-separated names, e.g.
+    /// `power-loss-leader,torn-tail`), each run that can take them.
+    #[arg(long, value_delimiter = ',')]
+    nemesis: Vec<String>,
     /// Soak length: `30m`, `90s`, `1h` or seconds.
     #[arg(long, value_parser = parse_duration, default_value = "30m")]
     duration: Duration,
@@ -235,6 +240,18 @@ fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
         ticketing_verify::rng::Rng::new(seed).shuffle(&mut v);
         v
     };
+    let mut chosen = Vec::new();
+    for name in &cli.nemesis {
+        chosen.push(Nemesis::parse(name).ok_or_else(|| anyhow::anyhow!("--nemesis: no fault named {name:?}"))?);
+    }
+    let all = |nodes: usize, durable: bool, seed: u64| {
+        if chosen.is_empty() {
+            all(nodes, durable, seed)
+        } else {
+            let can = Nemesis::for_run(nodes, durable);
+            chosen.iter().copied().filter(|n| can.contains(n)).collect()
+        }
+    };
     let plans: Vec<Plan> = match cli.profile {
         Profile::Ci => match cli.nodes {
             Some(n) => {
@@ -256,7 +273,7 @@ fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
                     nodes: 1,
                     durable: true,
                     seed: cli.seed.wrapping_add(2),
-                    nemeses: vec![Nemesis::RestartStandalone; 2],
+                    nemeses: all(1, true, cli.seed.wrapping_add(2)),
                     ..base.clone()
                 },
             ],

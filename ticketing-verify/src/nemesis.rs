@@ -50,6 +50,19 @@ pub enum Nemesis {
     RestartAll,
     /// Durable standalone server: `kill -9`, restarted on its data dir.
     RestartStandalone,
+    /// Durable: every node's power cut at once (every write not fsynced
+    /// lost, on disks slowed down so writes are in flight), restarted on
+    /// their data dirs.
+    PowerLossAll,
+    /// Durable cluster: the leader's power cut (its own entries may be on
+    /// the followers' disks and not on its own), the others elect; then it
+    /// restarts on its data dir.
+    PowerLossLeader,
+    /// Durable cluster: the power of a minority of followers cut, restarted.
+    PowerLossMinority,
+    /// Durable: every node's power cut while writing, its last write torn
+    /// (a random strict prefix) or zero-filled.
+    TornTail,
     /// Memory mode: `kill -9` of every node, then a new domain bootstrapped
     /// with a start grace longer than any lease in flight: no double grant
     /// across the rebuild.
@@ -77,8 +90,19 @@ impl Nemesis {
     /// a standalone server takes only its own restart.
     pub fn for_run(nodes: usize, durable: bool) -> Vec<Nemesis> {
         match (nodes, durable) {
-            (1, _) => vec![Nemesis::RestartStandalone],
-            (_, true) => Nemesis::ALL.iter().copied().chain([Nemesis::RestartAll]).collect(),
+            (1, false) => vec![Nemesis::RestartStandalone],
+            (1, true) => vec![Nemesis::RestartStandalone, Nemesis::PowerLossAll, Nemesis::TornTail],
+            (_, true) => Nemesis::ALL
+                .iter()
+                .copied()
+                .chain([
+                    Nemesis::RestartAll,
+                    Nemesis::PowerLossAll,
+                    Nemesis::PowerLossLeader,
+                    Nemesis::PowerLossMinority,
+                    Nemesis::TornTail,
+                ])
+                .collect(),
             (_, false) => Nemesis::ALL.iter().copied().chain([Nemesis::Rebuild]).collect(),
         }
     }
@@ -99,6 +123,10 @@ impl Nemesis {
             Nemesis::PauseLeader => "pause-leader",
             Nemesis::RestartAll => "restart-all",
             Nemesis::RestartStandalone => "restart-standalone",
+            Nemesis::PowerLossAll => "power-loss-all",
+            Nemesis::PowerLossLeader => "power-loss-leader",
+            Nemesis::PowerLossMinority => "power-loss-minority",
+            Nemesis::TornTail => "torn-tail",
             Nemesis::Rebuild => "rebuild",
         }
     }
@@ -107,7 +135,15 @@ impl Nemesis {
     pub fn parse(s: &str) -> Option<Nemesis> {
         Nemesis::ALL
             .into_iter()
-            .chain([Nemesis::RestartAll, Nemesis::RestartStandalone, Nemesis::Rebuild])
+            .chain([
+                Nemesis::RestartAll,
+                Nemesis::RestartStandalone,
+                Nemesis::Rebuild,
+                Nemesis::PowerLossAll,
+                Nemesis::PowerLossLeader,
+                Nemesis::PowerLossMinority,
+                Nemesis::TornTail,
+            ])
             .find(|n| n.name() == s)
     }
 }
@@ -258,6 +294,22 @@ impl World {
             }
             Nemesis::PauseClient => self.pause_client().await,
             Nemesis::RestartAll | Nemesis::RestartStandalone => self.restart_all().await,
+            Nemesis::PowerLossAll | Nemesis::TornTail => {
+                let n = self.cluster.nodes.len();
+                self.power_loss((0..n).collect(), nem == Nemesis::TornTail).await
+            }
+            Nemesis::PowerLossLeader => {
+                let l = self.leader().await?;
+                self.power_loss(vec![l], false).await
+            }
+            Nemesis::PowerLossMinority => {
+                let l = self.leader().await?;
+                let n = self.cluster.nodes.len();
+                let mut followers: Vec<usize> = (0..n).filter(|&i| i != l).collect();
+                self.rng.shuffle(&mut followers);
+                followers.truncate((n - 1) / 2);
+                self.power_loss(followers, false).await
+            }
             Nemesis::Rebuild => self.rebuild().await,
         }
     }
@@ -283,6 +335,68 @@ impl World {
             detail: format!(
                 "kill -9 of all {n} nodes, a new domain with --start-grace {} s: node {l} serving {} ms after the restart",
                 grace.as_secs_f64(),
+                t.elapsed().as_millis()
+            ),
+        })
+    }
+
+    /// The power of `victims` cut while the workload writes: their disks
+    /// are slowed down first (each fsync 10–40 ms more, for 0.3–1 s of
+    /// traffic) so that writes are in flight, then every write not fsynced
+    /// is lost (`torn`: the last one torn or zero-filled, else lost whole or
+    /// torn or zero-filled at random), the processes are killed and the
+    /// disks work again. Healed once a leader serves (a minority: at once;
+    /// the victims are restarted after 1–2 s and waited for as voters).
+    async fn power_loss(&mut self, victims: Vec<usize>, torn: bool) -> anyhow::Result<Done> {
+        let n = self.cluster.nodes.len();
+        if self.cluster.disks.len() != n {
+            anyhow::bail!("power loss needs every data dir on faultfs (durable mode)");
+        }
+        let slow = 10 + self.rng.range(0, 30);
+        for &i in &victims {
+            self.cluster.disks[i].delay_fsync(slow).map_err(|e| anyhow::anyhow!(e))?;
+        }
+        sleep(Duration::from_millis(300 + self.rng.range(0, 700))).await;
+        let mut lost = Vec::new();
+        for &i in &victims {
+            let mode = if torn { ["torn", "zero"][self.rng.index(2)] } else { ["", "torn", "zero"][self.rng.index(3)] };
+            let answer = self.cluster.disks[i].crash(mode).map_err(|e| anyhow::anyhow!(e))?;
+            let bytes = answer.split_whitespace().find_map(|w| w.strip_prefix("lost_bytes=")).unwrap_or("?").to_owned();
+            lost.push(format!("node {i} {} lost {bytes} B", if mode.is_empty() { "plain" } else { mode }));
+        }
+        for &i in &victims {
+            self.cluster.kill9(i);
+            let disk = &self.cluster.disks[i];
+            disk.thaw().and_then(|_| disk.command("delay off")).map_err(|e| anyhow::anyhow!(e))?;
+        }
+        let t = Instant::now();
+        let whole = victims.len() == n;
+        if !whole {
+            // A majority runs on: it must grant again at once.
+            let heal = mono_ns();
+            sleep(Duration::from_millis(1000 + self.rng.range(0, 1000))).await;
+            let mut notes = Vec::new();
+            for &i in &victims {
+                notes.push(self.restart(i).await?);
+            }
+            return Ok(Done {
+                heal,
+                detail: format!(
+                    "power cut of node(s) {victims:?} ({}) after {slow} ms slower fsyncs; {}",
+                    lost.join(", "),
+                    notes.join("; ")
+                ),
+            });
+        }
+        for i in 0..n {
+            self.cluster.start(i, false)?;
+        }
+        let l = self.leader().await?;
+        Ok(Done {
+            heal: mono_ns(),
+            detail: format!(
+                "power cut of all {n} node(s) ({}) after {slow} ms slower fsyncs; node {l} serving {} ms after the restart",
+                lost.join(", "),
                 t.elapsed().as_millis()
             ),
         })

@@ -130,6 +130,9 @@ pub async fn run(plan: &Plan, bin: &Path, dir: &Path) -> anyhow::Result<Outcome>
     let mut rng = Rng::new(plan.seed);
     let mut cluster = Cluster::new(plan.nodes, bin, dir, rng.next_u64()).await?;
     cluster.durable = plan.durable;
+    if plan.durable {
+        cluster.mount_disks()?;
+    }
     for i in (0..plan.nodes).rev() {
         cluster.start(i, i == 0)?;
     }
