@@ -76,6 +76,7 @@ impl Servers {
             let log = std::fs::File::create(dir.join(format!("node{i}.log")))?;
             let spec = ticketing_testkit::NodeArgs {
                 client: node.client,
+                advertise: None,
                 peer: *peer_port,
                 admin: node.admin,
                 peers: if n > 1 { &peers } else { "" },

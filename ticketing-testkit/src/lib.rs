@@ -60,8 +60,10 @@ pub fn free_port() -> u16 {
 /// The addresses of one node.
 #[derive(Debug, Clone)]
 pub struct NodeArgs<'a> {
-    /// Client port (`--listen` and `--advertise` on 127.0.0.1).
+    /// Client port (`--listen`, and `--advertise` unless `advertise` is set, on 127.0.0.1).
     pub client: u16,
+    /// `--advertise` instead of the client port (e.g. a proxy in front of it).
+    pub advertise: Option<&'a str>,
     /// Real peer port (`--peer-listen`); ignored when `peers` is empty.
     pub peer: u16,
     /// Admin HTTP port (`--admin-listen`).
@@ -81,7 +83,7 @@ pub fn node_command(bin: &Path, a: &NodeArgs<'_>, log: File) -> Command {
     cmd.arg("--listen")
         .arg(format!("127.0.0.1:{}", a.client))
         .arg("--advertise")
-        .arg(format!("127.0.0.1:{}", a.client));
+        .arg(a.advertise.map_or_else(|| format!("127.0.0.1:{}", a.client), str::to_owned));
     if !a.peers.is_empty() {
         cmd.arg("--peer-listen").arg(format!("127.0.0.1:{}", a.peer)).arg("--peers").arg(a.peers);
         if a.bootstrap {

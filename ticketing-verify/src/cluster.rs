@@ -46,8 +46,11 @@ pub struct Node {
 pub struct Cluster {
     /// Node slots.
     pub nodes: Vec<Node>,
-    /// The proxies.
+    /// The proxies of the peer links.
     pub net: Net,
+    /// The proxies between the clients and each node's client port (what
+    /// the nodes advertise, so redirects lead through them too).
+    pub clients: Net,
     bin: PathBuf,
     dir: PathBuf,
     /// Durable mode: node `i` runs with `--data-dir <run dir>/node<i>-data`,
@@ -70,9 +73,13 @@ impl Cluster {
         }
         let targets: Vec<SocketAddr> = nodes.iter().map(|n| SocketAddr::from(([127, 0, 0, 1], n.peer))).collect();
         let net = Net::start(targets, seed).await?;
+        let client_targets: Vec<SocketAddr> =
+            nodes.iter().map(|n| SocketAddr::from(([127, 0, 0, 1], n.client))).collect();
+        let clients = Net::start_clients(client_targets, seed ^ 0x5eed).await?;
         Ok(Cluster {
             nodes,
             net,
+            clients,
             bin: bin.to_owned(),
             dir: dir.to_owned(),
             durable: false,
@@ -91,9 +98,10 @@ impl Cluster {
         Ok(())
     }
 
-    /// Client addresses of all nodes.
+    /// Client addresses of all nodes, as the clients reach them: through the
+    /// client proxies.
     pub fn client_addrs(&self) -> Vec<String> {
-        self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.client)).collect()
+        self.clients.addrs.iter().map(|a| a.to_string()).collect()
     }
 
     /// Starts node `i` (memory mode: a fresh process, new NodeId; durable
@@ -108,8 +116,10 @@ impl Cluster {
         let node = &mut self.nodes[i];
         node.starts += 1;
         let log = std::fs::File::create(self.dir.join(format!("node{}-{}.log", i, node.starts)))?;
+        let advertise = self.clients.addrs[i].to_string();
         let spec = ticketing_testkit::NodeArgs {
             client: node.client,
+            advertise: Some(&advertise),
             peer: node.peer,
             admin: node.admin,
             peers: if standalone { "" } else { &peers },
@@ -226,6 +236,7 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         self.kill_all();
         self.net.shutdown();
+        self.clients.shutdown();
     }
 }
 

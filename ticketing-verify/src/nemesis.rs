@@ -63,6 +63,19 @@ pub enum Nemesis {
     /// Durable: every node's power cut while writing, its last write torn
     /// (a random strict prefix) or zero-filled.
     TornTail,
+    /// Every client link delayed 0–40 ms and reset at random.
+    ClientFlaky,
+    /// Every byte between the clients and the leader dropped (both ways),
+    /// then those connections reset.
+    ClientDrop,
+    /// Every client connection reset, four times.
+    ClientReset,
+    /// Two at once: every peer link slow while the leader is killed.
+    SlowKillLeader,
+    /// Two at once: flaky client links while a follower is killed.
+    ClientFlakyKillFollower,
+    /// Two at once (durable): flaky client links while the leader loses power.
+    ClientFlakyPowerLossLeader,
     /// Memory mode: `kill -9` of every node, then a new domain bootstrapped
     /// with a start grace longer than any lease in flight: no double grant
     /// across the rebuild.
@@ -71,7 +84,7 @@ pub enum Nemesis {
 
 impl Nemesis {
     /// Every fault.
-    pub const ALL: [Nemesis; 11] = [
+    pub const ALL: [Nemesis; 16] = [
         Nemesis::KillLeader,
         Nemesis::KillFollower,
         Nemesis::PartitionLeader,
@@ -83,6 +96,11 @@ impl Nemesis {
         Nemesis::RollingRestart,
         Nemesis::PauseClient,
         Nemesis::PauseLeader,
+        Nemesis::ClientFlaky,
+        Nemesis::ClientDrop,
+        Nemesis::ClientReset,
+        Nemesis::SlowKillLeader,
+        Nemesis::ClientFlakyKillFollower,
     ];
 
     /// The faults a run of `nodes` nodes (1: a standalone server) in durable
@@ -91,7 +109,9 @@ impl Nemesis {
     pub fn for_run(nodes: usize, durable: bool) -> Vec<Nemesis> {
         match (nodes, durable) {
             (1, false) => vec![Nemesis::RestartStandalone],
-            (1, true) => vec![Nemesis::RestartStandalone, Nemesis::PowerLossAll, Nemesis::TornTail],
+            (1, true) => {
+                vec![Nemesis::RestartStandalone, Nemesis::PowerLossAll, Nemesis::TornTail, Nemesis::ClientReset]
+            }
             (_, true) => Nemesis::ALL
                 .iter()
                 .copied()
@@ -101,6 +121,7 @@ impl Nemesis {
                     Nemesis::PowerLossLeader,
                     Nemesis::PowerLossMinority,
                     Nemesis::TornTail,
+                    Nemesis::ClientFlakyPowerLossLeader,
                 ])
                 .collect(),
             (_, false) => Nemesis::ALL.iter().copied().chain([Nemesis::Rebuild]).collect(),
@@ -127,6 +148,12 @@ impl Nemesis {
             Nemesis::PowerLossLeader => "power-loss-leader",
             Nemesis::PowerLossMinority => "power-loss-minority",
             Nemesis::TornTail => "torn-tail",
+            Nemesis::ClientFlaky => "client-flaky",
+            Nemesis::ClientDrop => "client-drop",
+            Nemesis::ClientReset => "client-reset",
+            Nemesis::SlowKillLeader => "slow-links+kill-leader",
+            Nemesis::ClientFlakyKillFollower => "client-flaky+kill-follower",
+            Nemesis::ClientFlakyPowerLossLeader => "client-flaky+power-loss-leader",
             Nemesis::Rebuild => "rebuild",
         }
     }
@@ -143,6 +170,7 @@ impl Nemesis {
                 Nemesis::PowerLossLeader,
                 Nemesis::PowerLossMinority,
                 Nemesis::TornTail,
+                Nemesis::ClientFlakyPowerLossLeader,
             ])
             .find(|n| n.name() == s)
     }
@@ -294,6 +322,55 @@ impl World {
             }
             Nemesis::PauseClient => self.pause_client().await,
             Nemesis::RestartAll | Nemesis::RestartStandalone => self.restart_all().await,
+            Nemesis::ClientFlaky => {
+                let rule = Rule::Flaky { min_ms: 0, max_ms: 40, reset_permille: 4 };
+                self.cluster.clients.set_all(rule);
+                let total = 5000 + self.rng.range(0, 2000);
+                hold(total).await;
+                self.cluster.clients.heal();
+                Ok(Done { heal: mono_ns(), detail: format!("{rule:?} on every client link for {total} ms") })
+            }
+            Nemesis::ClientDrop => {
+                let l = self.leader().await?;
+                let clients = self.cluster.nodes.len();
+                self.cluster.clients.set(clients, l, Rule::Drop);
+                self.cluster.clients.set(l, clients, Rule::Drop);
+                let total = 3000 + self.rng.range(0, 2000);
+                hold(total).await;
+                self.cluster.clients.heal();
+                Ok(Done {
+                    heal: mono_ns(),
+                    detail: format!("every byte between the clients and leader {l} dropped for {total} ms, then reset"),
+                })
+            }
+            Nemesis::ClientReset => {
+                for _ in 0..4 {
+                    self.cluster.clients.reset_all();
+                    hold(500).await;
+                }
+                Ok(Done { heal: mono_ns(), detail: "every client connection reset 4 times, 0.5 s apart".into() })
+            }
+            Nemesis::SlowKillLeader => {
+                let rule = Rule::Delay { min_ms: 20, max_ms: 120 };
+                self.cluster.net.set_all(rule);
+                let done = Box::pin(self.inject(Nemesis::KillLeader)).await;
+                self.cluster.net.heal();
+                let done = done?;
+                Ok(Done { heal: mono_ns(), detail: format!("{rule:?} on every peer link during: {}", done.detail) })
+            }
+            Nemesis::ClientFlakyKillFollower | Nemesis::ClientFlakyPowerLossLeader => {
+                let rule = Rule::Flaky { min_ms: 0, max_ms: 40, reset_permille: 4 };
+                self.cluster.clients.set_all(rule);
+                let inner = if nem == Nemesis::ClientFlakyKillFollower {
+                    Nemesis::KillFollower
+                } else {
+                    Nemesis::PowerLossLeader
+                };
+                let done = Box::pin(self.inject(inner)).await;
+                self.cluster.clients.heal();
+                let done = done?;
+                Ok(Done { heal: mono_ns(), detail: format!("{rule:?} on every client link during: {}", done.detail) })
+            }
             Nemesis::PowerLossAll | Nemesis::TornTail => {
                 let n = self.cluster.nodes.len();
                 self.power_loss((0..n).collect(), nem == Nemesis::TornTail).await

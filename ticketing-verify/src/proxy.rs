@@ -11,6 +11,12 @@
 //! (Linux only; every node process is a child of the run). A connection
 //! that cannot be attributed (three tries) is closed and counted: it must
 //! never cross a partition.
+//!
+//! The client proxies ([`Net::start_clients`]) stand between the workload's
+//! clients and each node's client port (the nodes advertise them, so a
+//! redirect leads through them too): every dialer is a client, the link
+//! `clients → i` carries the requests to node `i` and `i → clients` its
+//! answers (index `n` stands for the clients).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -82,6 +88,8 @@ struct Inner {
     next: AtomicU64,
     stats: Mutex<Stats>,
     rng: Mutex<Rng>,
+    /// Client proxies: every dialer is a client (index n), no attribution.
+    clients: bool,
     /// The proxies' own runtime: no blocking call of the run can stall them.
     rt: Mutex<Option<tokio::runtime::Runtime>>,
 }
@@ -100,6 +108,17 @@ impl Net {
     /// so that nothing the run blocks on can delay the peer traffic. Stop it
     /// with [`Net::shutdown`].
     pub async fn start(targets: Vec<SocketAddr>, seed: u64) -> anyhow::Result<Net> {
+        Net::start_mode(targets, seed, false).await
+    }
+
+    /// The client proxies: one per node forwarding to its client port
+    /// (`targets`), every dialer a client. Link `n → i` (n = the number of
+    /// nodes) carries the clients' bytes to node `i`, `i → n` its answers.
+    pub async fn start_clients(targets: Vec<SocketAddr>, seed: u64) -> anyhow::Result<Net> {
+        Net::start_mode(targets, seed, true).await
+    }
+
+    async fn start_mode(targets: Vec<SocketAddr>, seed: u64, clients: bool) -> anyhow::Result<Net> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("verify-proxy")
@@ -107,13 +126,15 @@ impl Net {
             .build()?;
         let rth = rt.handle().clone();
         let n = targets.len();
+        let size = if clients { n + 1 } else { n };
         let inner = Arc::new(Inner {
-            rules: Mutex::new(vec![vec![Rule::Pass; n]; n]),
+            rules: Mutex::new(vec![vec![Rule::Pass; size]; size]),
             pids: Mutex::new(vec![None; n]),
             conns: Mutex::new(HashMap::new()),
             next: AtomicU64::new(1),
             stats: Mutex::new(Stats::default()),
             rng: Mutex::new(Rng::new(seed)),
+            clients,
             rt: Mutex::new(Some(rt)),
         });
         let mut addrs = Vec::new();
@@ -224,8 +245,11 @@ async fn handle(
     target: SocketAddr,
 ) {
     let t = Instant::now();
-    let mut from = None;
+    let mut from = inner.clients.then(|| inner.rules.lock().unwrap().len() - 1);
     for _ in 0..3 {
+        if from.is_some() {
+            break;
+        }
         let pids = inner.pids.lock().unwrap().clone();
         from = tokio::task::spawn_blocking(move || attribute(peer.port(), local.port(), &pids)).await.ok().flatten();
         if from.is_some() {

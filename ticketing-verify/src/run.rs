@@ -225,9 +225,11 @@ pub async fn run(plan: &Plan, bin: &Path, dir: &Path) -> anyhow::Result<Outcome>
     }
     world.cluster.kill_all();
     let s = world.cluster.net.stats();
+    let c = world.cluster.clients.stats();
     log.push(format!(
-        "proxy: {} peer connections ({} not attributed to a node, slowest attribution {} ms), {} resets, {} bytes dropped",
-        s.accepted, s.unattributed, s.max_attribution_ms, s.resets, s.dropped_bytes
+        "proxy: {} peer connections ({} not attributed to a node, slowest attribution {} ms), {} resets, {} bytes dropped; \
+         {} client connections, {} resets, {} bytes dropped",
+        s.accepted, s.unattributed, s.max_attribution_ms, s.resets, s.dropped_bytes, c.accepted, c.resets, c.dropped_bytes
     ));
     let events = history::load(dir)?;
     let fin = {

@@ -77,6 +77,7 @@ impl Cluster {
         let log = log_dir().join(format!("{}-node{}-{}.log", self.name, i, node.starts));
         let spec = ticketing_testkit::NodeArgs {
             client: node.client,
+            advertise: None,
             peer: node.peer,
             admin: node.admin,
             peers: if node.standalone { "" } else { &peers },
