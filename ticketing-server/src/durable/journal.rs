@@ -156,7 +156,26 @@ impl Journal {
         config.wal.flush_batch_wait = Some(std::time::Duration::ZERO);
         // Payloads are read back only at start and by lagging followers.
         config.log_cache_capacity = Some(64 << 20);
-        let log = RaftLog::open(Arc::new(config)).map_err(|e| dir.log_error(e))?;
+        let config = Arc::new(config);
+        let log = match RaftLog::open(config.clone()) {
+            Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                // A torn tail raft-log does not drop by itself (super::torn).
+                match super::torn::cut_torn_tail(&dir.log_dir()) {
+                    Ok(Some((chunk, at, cut))) => {
+                        tracing::warn!(
+                            chunk = %chunk.display(),
+                            offset = at,
+                            bytes = cut,
+                            "dropped a torn tail of the log (a write a crash cut short; never acknowledged)"
+                        );
+                        RaftLog::open(config).map_err(|e| dir.log_error(e))?
+                    }
+                    Ok(None) => return Err(dir.log_error(e)),
+                    Err(io) => return Err(dir.log_error(io)),
+                }
+            }
+            other => other.map_err(|e| dir.log_error(e))?,
+        };
         // Everything found on open is on disk.
         let durable = Arc::new(watch::Sender::new(log.log_state().last().copied()));
         Ok(Journal { log: Arc::new(Mutex::new(log)), path: Arc::new(dir.log_dir()), durable })

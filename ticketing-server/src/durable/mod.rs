@@ -22,6 +22,7 @@
 
 pub mod journal;
 pub mod standalone;
+pub mod torn;
 
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
