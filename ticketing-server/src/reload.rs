@@ -117,12 +117,7 @@ impl Material {
         let mut problems = Vec::new();
         if config.client_tokens_file.is_some() {
             match config::client_tokens(config.client_tokens_file.as_deref()) {
-                Ok(tokens) => {
-                    if tokens.is_empty() {
-                        tracing::warn!("reload: the client tokens file holds no token: client authentication is OFF");
-                    }
-                    self.client_tokens.set(tokens);
-                }
+                Ok(tokens) => self.client_tokens.set(tokens),
                 Err(e) => problems.push(e.to_string()),
             }
         }

@@ -255,10 +255,6 @@ async fn serve_clients<F: Future>(
         ctx,
         handshake_timeout: config.handshake_timeout,
     };
-    if config.client_tokens.is_empty() && config.client_tokens_file.is_some() {
-        // No tokens = auth off (docs/protocol.md §3). Say so loudly when a file was given.
-        warn!("the client tokens file holds no token: client authentication is OFF");
-    }
     if let Ok(bound) = listener.listener.local_addr() {
         // Memory mode with no grace beyond loopback: a restart is a new domain
         // that forgets its holders (docs/deployment.md, "Start grace").

@@ -12,11 +12,24 @@ fn read_token_lines(path: &Path) -> Result<Vec<Secret>, ConfigError> {
 
 /// The client tokens: the lines of `file` (if given), then the
 /// comma-separated `TICKETING_CLIENT_TOKENS`, duplicates removed. Read at
-/// start and on every reload.
+/// start and on every reload. A file that holds no token is an error, never
+/// "authentication off" (docs/security.md, "Client tokens"): at start the
+/// server refuses to run, on a reload it keeps the tokens it has.
 pub fn client_tokens(file: Option<&Path>) -> Result<Vec<Secret>, ConfigError> {
     let mut client_tokens = Vec::new();
     if let Some(path) = file {
-        client_tokens.extend(read_token_lines(path)?);
+        let lines = read_token_lines(path)?;
+        if lines.is_empty() {
+            return Err(invalid(
+                "--client-tokens-file",
+                format!(
+                    "{} holds no token: it would turn client authentication off; put at least one token in it \
+                     (or remove the setting to run without authentication)",
+                    path.display()
+                ),
+            ));
+        }
+        client_tokens.extend(lines);
     }
     if let Some(inline) = env_var("TICKETING_CLIENT_TOKENS")?.map(zeroize::Zeroizing::new) {
         client_tokens.extend(inline.split(',').map(str::trim).filter(|t| !t.is_empty()).map(Secret::from));
