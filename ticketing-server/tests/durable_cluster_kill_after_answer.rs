@@ -15,17 +15,7 @@ const ROUNDS: usize = 6;
 #[test]
 fn a_whole_cluster_killed_right_after_an_answer_keeps_that_answer() {
     let name = "durable-kill-after-answer";
-    let mut c = Cluster::new(name, 3);
-    let token_args = peer_token_args(name);
-    for i in 0..3 {
-        let dir = node_data_dir(name, i);
-        c.nodes[i].args = token_args.iter().cloned().chain(["--data-dir".into(), dir.display().to_string()]).collect();
-    }
-    c.start_all();
-    let mut leader = c.wait_serving(secs(30)).expect("a leader");
-    for i in 0..3 {
-        assert!(c.wait_voter(i, secs(15)), "node {i} a voter");
-    }
+    let (mut c, mut leader) = durable_cluster(name, 3, |i| node_data_dir(name, i));
     // (key, owner, token) answered granted, and keys answered released.
     let mut held: Vec<(String, String, u64)> = Vec::new();
     let mut released: Vec<(String, String)> = Vec::new();

@@ -9,17 +9,7 @@ use cluster_common::*;
 #[test]
 fn kill_9_of_every_node_keeps_the_domain_holders_and_tokens() {
     let name = "durable-restart";
-    let mut c = Cluster::new(name, 3);
-    let token_args = peer_token_args(name);
-    for i in 0..3 {
-        let dir = node_data_dir(name, i);
-        c.nodes[i].args = token_args.iter().cloned().chain(["--data-dir".into(), dir.display().to_string()]).collect();
-    }
-    c.start_all();
-    let leader = c.wait_serving(secs(30)).expect("a leader");
-    for i in 0..3 {
-        assert!(c.wait_voter(i, secs(15)), "node {i} a voter");
-    }
+    let (mut c, leader) = durable_cluster(name, 3, |i| node_data_dir(name, i));
     let ids: Vec<(u64, String)> = (0..3).map(|i| identity(&c, i, secs(5)).expect("identity")).collect();
     let port = c.nodes[leader].client;
     let t1 = granted_token(&acquire_once(port, "k1", "o1", 0, 120)).expect("k1 granted");

@@ -84,17 +84,7 @@ fn a_standalone_server_stops_on_a_failed_fsync_or_write_and_recovers() {
 fn a_cluster_goes_on_when_the_leaders_then_a_followers_disk_fails() {
     let name = "disk-cluster";
     let mounts: Vec<FaultFs> = (0..3).map(|i| mount(&format!("cluster-{i}"))).collect();
-    let mut c = Cluster::new(name, 3);
-    let token_args = peer_token_args(name);
-    for (i, fs) in mounts.iter().enumerate() {
-        let dir = fs.path().join("d").display().to_string();
-        c.nodes[i].args = token_args.iter().cloned().chain(["--data-dir".into(), dir]).collect();
-    }
-    c.start_all();
-    let leader = c.wait_serving(secs(30)).expect("a leader");
-    for i in 0..3 {
-        assert!(c.wait_voter(i, secs(15)), "node {i} a voter");
-    }
+    let (mut c, leader) = durable_cluster(name, 3, |i| mounts[i].path().join("d"));
     let mut held: Vec<_> = (0..3).map(|i| grant(c.nodes[leader].client, &format!("k{i}"), "o")).collect();
 
     // The leader's fsync fails: it stops; the other two elect and serve.

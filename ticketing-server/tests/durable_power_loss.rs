@@ -147,17 +147,7 @@ fn a_durable_standalone_server_keeps_every_answer_across_power_losses() {
 fn a_durable_cluster_keeps_every_answer_when_its_leader_or_every_node_loses_power() {
     let name = "power-cluster";
     let mounts: Vec<FaultFs> = (0..3).map(|i| mount(&format!("power-cluster-{i}"))).collect();
-    let mut c = Cluster::new(name, 3);
-    let token_args = peer_token_args(name);
-    for (i, fs) in mounts.iter().enumerate() {
-        let dir = fs.path().join("d").display().to_string();
-        c.nodes[i].args = token_args.iter().cloned().chain(["--data-dir".into(), dir]).collect();
-    }
-    c.start_all();
-    let mut leader = c.wait_serving(secs(30)).expect("a leader");
-    for i in 0..3 {
-        assert!(c.wait_voter(i, secs(15)), "node {i} a voter");
-    }
+    let (mut c, mut leader) = durable_cluster(name, 3, |i| mounts[i].path().join("d"));
     for fs in &mounts {
         fs.delay_fsync(SLOW_FSYNC_MS).unwrap();
     }

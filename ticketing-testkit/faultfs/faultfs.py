@@ -72,8 +72,11 @@ line each, `ok ...` or `error ...`:
     crash [torn|zero]
                      a power cut at this instant, with the processes still
                      running: every operation that would change the disk
-                     fails with EIO from now on (as `fail all EIO`), an fsync
-                     in flight persists nothing, then `powerloss [torn|zero]`.
+                     fails with EIO from now on (as `fail all EIO`), and so
+                     does every fsync, even of a file with nothing dirty (no
+                     process may hear that anything reached the disk after
+                     the cut); an fsync in flight persists nothing; then
+                     `powerloss [torn|zero]`.
                      Kill the processes, then `thaw`. Use it rather than
                      `powerloss` when a process may be inside an fsync: a
                      killed process is reaped only once its fsync returns,
@@ -326,6 +329,7 @@ class FaultFS(pyfuse3.Operations):
         self.faults = {}  # op -> errno
         self.fsync_delay = 0.0  # seconds each fsync of dirty data takes (`delay fsync MS`)
         self.power_gen = 0  # power losses so far (an fsync in flight across one persists nothing)
+        self.frozen = False  # after `crash`, until `thaw`: the power is off, no fsync succeeds
         self.fsyncs = 0
         self.writes = 0
         self.fault_count = 0
@@ -460,6 +464,11 @@ class FaultFS(pyfuse3.Operations):
     async def _sync(self, node, fd, datasync):
         """fsync/fdatasync of one inode: its dirty data reaches the disk."""
         self.fsyncs += 1
+        if self.frozen:
+            # The power is off: nothing reaches the disk, and no process
+            # hears that it did (not even for a file with nothing dirty).
+            node.ov = Overlay()
+            raise FUSEError(errno.EIO)
         err = self.faults.get("fsync")
         if err is not None:
             if node.ov:
@@ -892,8 +901,10 @@ class FaultFS(pyfuse3.Operations):
                     return "error crash takes no argument, torn or zero"
                 for o in FAULT_OPS:
                     self.faults[o] = errno.EIO
+                self.frozen = True
                 return await self.power_loss(mode)
             if words[0] == "thaw" and len(words) == 1:
+                self.frozen = False
                 self.faults.clear()
                 return "ok failing=none"
             if words[0] == "delay" and words[1:] == ["off"]:

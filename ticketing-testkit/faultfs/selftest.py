@@ -355,6 +355,55 @@ def check_fail_all_erofs(r):
     expect(read_file(r.path("new")) == b"works again", "fail off did not restore")
 
 
+def check_crash_and_slow_fsync(r):
+    """`crash`: the power is off for a process still running: a write after
+    it, and an fsync even of a file with nothing dirty, fail; what was not
+    fsynced is lost; `thaw` restores. `delay fsync`: a power cut during a
+    slow fsync persists nothing of it."""
+    p = r.path("crash")
+    write_file(p, b"durable", sync="fsync")
+    fd = os.open(p, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, b"-lost")
+        answer = r.ok("crash")
+        expect("lost_bytes=5" in answer, "answer %r" % answer)
+        expect_errno(errno.EIO, os.fsync, fd)
+        expect_errno(errno.EIO, os.write, fd, b"-after")
+    finally:
+        os.close(fd)
+    r.ok("thaw")
+    expect(read_file(p) == b"durable", "got %r" % read_file(p))
+    # A slow fsync cut by a crash persists nothing; the process hears EIO.
+    r.ok("delay fsync 400")
+    fd = os.open(p, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, b"-in-flight")
+        fsyncs = lambda: int(re.search(r"fsyncs=(\d+)", r.ok("status")).group(1))
+        before = fsyncs()
+        done = []
+        t = threading.Thread(target=lambda: done.append(catch_errno(os.fsync, fd)))
+        t.start()
+        end = time.monotonic() + 5
+        while fsyncs() == before and time.monotonic() < end:
+            pass  # until faultfs has the fsync (it takes 400 ms)
+        r.ok("crash")
+        t.join(timeout=10)
+        expect(done == [errno.EIO], "the fsync in flight across the cut: %r" % done)
+    finally:
+        os.close(fd)
+        r.ok("thaw")
+        r.ok("delay off")
+    expect(read_file(p) == b"durable", "got %r" % read_file(p))
+
+
+def catch_errno(fn, *args):
+    try:
+        fn(*args)
+        return 0
+    except OSError as e:
+        return e.errno
+
+
 def check_bad_commands(r):
     for line in ("fail write EWHAT", "fail nothing EIO", "powerloss sideways", "hello"):
         answer = r.command(line)
@@ -427,6 +476,7 @@ CHECKS = [
     ("fsync_eio_drops_the_data", check_fsync_eio_drops_data),
     ("write_enospc", check_write_enospc),
     ("fail_all_erofs_and_fail_off", check_fail_all_erofs),
+    ("crash_and_slow_fsync", check_crash_and_slow_fsync),
     ("bad_commands_answer_error", check_bad_commands),
     ("flock_is_exclusive", check_flock_exclusive),
     ("unlinked_open_file", check_unlinked_open_file),

@@ -309,6 +309,24 @@ pub fn node_data_dir(name: &str, i: usize) -> PathBuf {
     d
 }
 
+/// A durable cluster of `n` nodes sharing a peer token file, node `i` on
+/// the data dir `dir(i)`: started (node 0 bootstraps), a leader serving and
+/// every node a voter. Returns it with the leader's index.
+pub fn durable_cluster(name: &str, n: usize, dir: impl Fn(usize) -> PathBuf) -> (Cluster, usize) {
+    let mut c = Cluster::new(name, n);
+    let token_args = peer_token_args(name);
+    for i in 0..n {
+        let data = dir(i).display().to_string();
+        c.nodes[i].args = token_args.iter().cloned().chain(["--data-dir".into(), data]).collect();
+    }
+    c.start_all();
+    let leader = c.wait_serving(secs(30)).expect("a leader");
+    for i in 0..n {
+        assert!(c.wait_voter(i, secs(15)), "node {i} a voter");
+    }
+    (c, leader)
+}
+
 /// `/status` of node `i`: (node_id, domain), once it answers.
 pub fn identity(c: &Cluster, i: usize, limit: Duration) -> Option<(u64, String)> {
     let end = Instant::now() + limit;
