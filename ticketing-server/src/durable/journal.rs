@@ -23,7 +23,7 @@ use raft_log::api::raft_log_writer::RaftLogWriter;
 use raft_log::{Callback, RaftLog, Types};
 use std::fmt;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::watch;
 
@@ -201,10 +201,6 @@ impl Journal {
         super::fail_stop(&self.path, error)
     }
 
-    /// The log's directory.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
 
     /// Sets the watermark to the log's last entry, all of it on disk: after a
     /// truncation and its fsync (the entries that replace the cut ones may
