@@ -10,7 +10,7 @@
 #      on loopback; PostgreSQL is installed with apt when missing and we are root).
 # Seed: $TICKETING_VERIFY_SEED (default 1; the PostgreSQL run uses seed + 2).
 # Histories: $TICKETING_VERIFY_DIR (default target/verify). Each ticketing-verify
-# run ends with the checker's line violations=<n> grants=<n> faults=<n> fence_refusals=<n>;
+# run ends with the checker's line violations=<n> grants=<n> faults=<n> fence_refusals=<n> indeterminate_held=<n>;
 # this script's last line is "verify: <n> passed, <m> failed, <k> skipped"; exits non-zero on any failure.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

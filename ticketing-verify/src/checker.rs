@@ -28,7 +28,12 @@
 //!    partial basket);
 //! 9. a stall: a key not granted for longer than the failover bound while
 //!    acquires of it were waiting and no fault was active (a deadlock of
-//!    multi-key requests shows as one).
+//!    multi-key requests shows as one);
+//! 10. FIFO overtaking: an acquire granted while an earlier request on one
+//!     of its keys still waited at the same leader (`fifo`);
+//! 11. an acquire that ended Indeterminate but was granted (the client's
+//!     release lane found it held, `IndeterminateHeld`) and breaks rule 1
+//!     or 2 (`indeterminate_grants`).
 //!
 //! Every comparison is between timestamps of the one system-wide monotonic
 //! clock: no wall clock, no clock skew assumption.
@@ -81,6 +86,17 @@ pub struct Report {
     pub fence_refusals: u64,
     /// Writes accepted (a multi-key write counts once).
     pub accepted: u64,
+    /// Acquires that ended Indeterminate and were found granted (one per
+    /// grant, whatever its number of keys).
+    pub indeterminate_held: u64,
+    /// Acquires that ended Indeterminate and were found not held (`Q` answered `N`).
+    pub indeterminate_not_held: u64,
+    /// Acquires that ended Indeterminate with nothing learnt about them.
+    pub indeterminate_unresolved: u64,
+    /// Pairs of requests on a common key whose arrival order the FIFO rule
+    /// could prove, outside the faults that reach the servers and the
+    /// disturbances: the pairs it checked.
+    pub fifo_pairs: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -135,6 +151,8 @@ pub fn check(events: &[Event], fin: &Final, bound_ns: u64, begin: u64, end: u64)
     writes_kept_and_fenced(events, fin, &grants, &mut r);
     fault_table(events, &grants, bound_ns, begin, end, &mut r);
     stalls(events, &grants, bound_ns, begin, end, &mut r);
+    fifo(events, &mut r);
+    indeterminate_grants(events, &grants, &mut r);
     r
 }
 
@@ -150,7 +168,7 @@ fn grants_of(events: &[Event]) -> Vec<Grant> {
     let mut grants: Vec<Grant> = events
         .iter()
         .filter_map(|e| match e {
-            Event::Grant { client, key, token, call, ans, dl, keys, want, n, slot } => {
+            Event::Grant { client, key, token, call, ans, dl, keys, want, n, slot, .. } => {
                 let end = releases.get(&(*client, key.clone(), *token)).map_or(*dl, |s| (*s).min(*dl));
                 let mut all: Vec<String> = keys_of(key, keys).into_iter().map(str::to_owned).collect();
                 // `key` is the first key whatever `keys` says.
@@ -639,6 +657,385 @@ pub fn by_fault(rows: &[Row]) -> String {
 }
 
 /// The checker's last line, exactly.
-pub fn last_line(violations: u64, grants: u64, faults: u64, fence_refusals: u64) -> String {
-    format!("violations={violations} grants={grants} faults={faults} fence_refusals={fence_refusals}")
+pub fn last_line(violations: u64, grants: u64, faults: u64, fence_refusals: u64, indeterminate_held: u64) -> String {
+    format!(
+        "violations={violations} grants={grants} faults={faults} fence_refusals={fence_refusals} \
+         indeterminate_held={indeterminate_held}"
+    )
+}
+
+const MS: u64 = 1_000_000;
+const SEC: u64 = 1_000_000_000;
+
+/// FIFO (rule 10): a request is certainly ahead of another in its leader's
+/// queue when the server had read it at least this long before the other
+/// was even called. It covers the server's step from reading a request on
+/// its connection to handing it to the leader's queue (the order of the
+/// queue): the same task, with no wait in between but a full hand-over
+/// channel (first come, first served), so only a thread kept off the CPU.
+pub const FIFO_ORDER_MARGIN_NS: u64 = 300 * MS;
+/// FIFO: a pair is not judged when a fault that reaches the servers was
+/// active during it, from the fault's start to this long after its heal: a
+/// leader cut off or paused may go on answering its waiters after another
+/// leader has been elected, until it hears of it or its quorum-ack gate
+/// takes it out of service (the election timeout, 1.2 s). Faults that only
+/// touch the clients (`pause-client`, faults on the client links:
+/// `client-…`) change no leader and exempt nothing.
+pub const FIFO_SETTLE_NS: u64 = 2_000 * MS;
+
+/// A fault that only touches the clients: every part of its name (`a+b`)
+/// is `pause-client` or a fault on the client links (`client-…`).
+fn clients_only(fault: &str) -> bool {
+    fault.split('+').all(|p| p == "pause-client" || p.starts_with("client-"))
+}
+
+/// Whole seconds, rounded up, as the client library sends `wait` and `lease`.
+fn secs_up(ms: u64) -> u64 {
+    ms.div_ceil(1000)
+}
+
+/// One request, as the FIFO rule sees it.
+struct Req<'a> {
+    client: u32,
+    keys: Vec<&'a str>,
+    call: u64,
+    ans: u64,
+    /// Granted at the server (answered by `ans`): a ticket, or a grant handed back (`insufficient_time`).
+    granted: bool,
+    /// The latest moment the server can have read it: `None` unknown.
+    read_by: Option<u64>,
+    /// The earliest moment it can have left its queue (its grant, or the
+    /// end of its wait): `None` unknown.
+    left_after: Option<u64>,
+    /// How it ended, for the message.
+    end: String,
+}
+
+/// The requests of the history, per client in call order.
+fn requests(events: &[Event]) -> BTreeMap<u32, Vec<Req<'_>>> {
+    let mut per: BTreeMap<u32, Vec<Req<'_>>> = BTreeMap::new();
+    for e in events {
+        let req = match e {
+            Event::Grant { client, key, keys, call, ans, dl, sent, lease_ms, .. } => {
+                // The conservative deadline is `t_send + waited_ms + lease × 0.999`
+                // (docs/client.md, Acquire step 4): `start` = t_send + waited_ms,
+                // never later than the leader's commit. The server read the
+                // request `waited_ms` before it answered, so at the latest
+                // `t_send + (ans − start)`, and `t_send` ≤ `sent`.
+                let start = lease_ms.map(|l| dl.saturating_sub(secs_up(l) * 999 * MS));
+                Req {
+                    client: *client,
+                    keys: keys_of(key, keys),
+                    call: *call,
+                    ans: *ans,
+                    granted: true,
+                    read_by: start.zip(*sent).map(|(st, sent)| sent + ans.saturating_sub(st)),
+                    left_after: start,
+                    end: format!("granted at {} ms", ans / MS),
+                }
+            }
+            Event::Acquire { client, key, keys, call, ans, result, sent, wait_ms, .. } => {
+                let (granted, read_by, left_after) = match (result.as_str(), wait_ms) {
+                    // The library asks the server to wait what is left of
+                    // `wait` since the call, rounded up to whole seconds; the
+                    // server answers `T` that long after it read the request.
+                    ("timeout", Some(w)) => {
+                        let wait = secs_up(*w) * SEC;
+                        let read_by = sent.and_then(|sent| {
+                            let left = wait.checked_sub(sent.saturating_sub(*call)).filter(|l| *l > 0)?;
+                            ans.checked_sub(left.div_ceil(SEC) * SEC)
+                        });
+                        (false, read_by, Some(call + wait))
+                    }
+                    ("insufficient_time", _) => (true, None, None),
+                    _ => (false, None, None),
+                };
+                Req {
+                    client: *client,
+                    keys: keys_of(key, keys),
+                    call: *call,
+                    ans: *ans,
+                    granted,
+                    read_by,
+                    left_after,
+                    end: format!("answered {result} at {} ms", ans / MS),
+                }
+            }
+            _ => continue,
+        };
+        per.entry(req.client).or_default().push(req);
+    }
+    for rs in per.values_mut() {
+        rs.sort_by_key(|r| r.call);
+    }
+    per
+}
+
+/// When FIFO is not judged, merged, in order: every fault that reaches the
+/// servers from its start to [`FIFO_SETTLE_NS`] after its heal, and every
+/// disturbance (an acquire that ended Indeterminate, unavailable or in
+/// another error, a release not answered `R`: a session died or a leader
+/// was missing) from its call to its answer.
+fn unsettled(events: &[Event]) -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Fault { name, start, heal, .. } if !clients_only(name) => {
+                Some((*start, (*heal).max(*start) + FIFO_SETTLE_NS))
+            }
+            Event::Acquire { call, ans, result, .. }
+                if !matches!(result.as_str(), "timeout" | "busy" | "insufficient_time") =>
+            {
+                Some((*call, *ans))
+            }
+            Event::Release { start, end, result, .. } if result != "released" => Some((*start, *end)),
+            _ => None,
+        })
+        .collect();
+    v.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (a, b) in v {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
+/// 10, FIFO without overtaking (docs/protocol.md, "A key's holders"): a
+/// waiter is never granted before an earlier waiter of any of its keys,
+/// whatever the kinds, at one leader. A violation: requests `a` and `b` of
+/// different clients share a key, `a` ended granted or `T`, `b` was
+/// granted (or granted and handed back, `insufficient_time`); the server had
+/// certainly read `a` [`FIFO_ORDER_MARGIN_NS`] before `b` was called; `b`
+/// was answered before `a` can have left the queue; and neither a fault
+/// that reaches the servers nor a disturbance touches `[a called, b
+/// answered]` (see [`unsettled`]). One leader: a leader change drops every
+/// waiter, whose acquire then ends Indeterminate, so a granted or
+/// timed-out `a` waited at one leader throughout.
+///
+/// When the server had read `a` at the latest (the client library sends a
+/// request once, on one connection; `sent` is no earlier than that):
+/// - granted: `sent` + (answer − start), where start = deadline − lease ×
+///   0.999 = send time + `waited_ms` (docs/client.md, Acquire step 4), and
+///   the server counts `waited_ms` from reading the request to the grant;
+/// - `T`: the answer minus the wait the library asked for (what was left of
+///   `wait` at `sent`, rounded up to whole seconds): the server answers `T`
+///   that long after reading the request.
+///
+/// Without `sent`, `wait_ms` or `lease_ms`, a request is never `a`.
+///
+/// When `a` left the queue at the earliest: granted, at its start (no later
+/// than the moment the leader applied its grant: a `b` answered before it
+/// was granted by an earlier command, while `a` waited; two grants of one
+/// command are never an overtaking); `T`, at its call plus its wait (the
+/// server waits the whole `wait` left at the send, counted from reading it).
+fn fifo(events: &[Event], r: &mut Report) {
+    let per = requests(events);
+    let unsettled = unsettled(events);
+    let touches = |from: u64, to: u64| {
+        let i = unsettled.partition_point(|(_, e)| *e < from);
+        unsettled.get(i).is_some_and(|(s, _)| *s <= to)
+    };
+    for bs in per.values() {
+        for b in bs.iter().filter(|b| b.granted) {
+            for (c, rs) in &per {
+                if *c == b.client {
+                    continue;
+                }
+                // The request of client c in flight when b was called, if any.
+                let i = rs.partition_point(|a| a.call < b.call);
+                let Some(a) = i.checked_sub(1).map(|i| &rs[i]) else { continue };
+                if a.ans <= b.call {
+                    continue;
+                }
+                let (Some(read_by), Some(left_after)) = (a.read_by, a.left_after) else { continue };
+                let Some(key) = a.keys.iter().find(|k| b.keys.contains(k)) else { continue };
+                if read_by + FIFO_ORDER_MARGIN_NS >= b.call || touches(a.call, b.ans) {
+                    continue;
+                }
+                r.fifo_pairs += 1;
+                if b.ans < left_after {
+                    r.violations.push(format!(
+                        "FIFO on {key}: client {} (called at {} ms) was granted by {} ms while client {}, whose request the server had read by {} ms, still waited ({})",
+                        b.client,
+                        b.call / MS,
+                        b.ans / MS,
+                        a.client,
+                        read_by / MS,
+                        a.end
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// An Indeterminate acquire found granted (one key of it).
+struct Held<'a> {
+    client: u32,
+    key: &'a str,
+    token: u64,
+    call: u64,
+    at: u64,
+    exclusive: bool,
+}
+
+impl Held<'_> {
+    fn what(&self) -> String {
+        let kind = if self.exclusive { "" } else { ", counted" };
+        format!(
+            "token {} (client {}{kind}, Indeterminate: called at {} ms, found held before {} ms)",
+            self.token,
+            self.client,
+            self.call / MS,
+            self.at / MS
+        )
+    }
+}
+
+/// 11: an acquire that ended Indeterminate but was granted holds its key
+/// with token `t` at some instant after its call and before `at` (its
+/// commit came after the call; the lane's `H` came before `at`). Then:
+/// - `t` is on no other grant (a basket's keys share it);
+/// - `t` is above every grant answered before its call, and below every
+///   grant called after `at` (one counter; rule 2);
+/// - no other holder of the key that it may not hold beside (rule 1) and
+///   with a smaller token — granted before it — still held at `at` (by its
+///   conservative window): at the commit of `t` both held.
+///
+/// (Where in that span it held is unknown: the client library does not
+/// tell its owner, so the workload cannot ask `Q` at a moment of its own.)
+fn indeterminate_grants(events: &[Event], grants: &[Grant], r: &mut Report) {
+    let mut helds: Vec<Held<'_>> = Vec::new();
+    let mut not_held: BTreeSet<(u32, u64)> = BTreeSet::new();
+    let mut unresolved: BTreeSet<(u32, u64)> = BTreeSet::new();
+    for e in events {
+        match e {
+            Event::IndeterminateHeld { client, key, token, call, at, n, .. } => {
+                helds.push(Held { client: *client, key, token: *token, call: *call, at: *at, exclusive: n.is_none() });
+            }
+            Event::IndeterminateNotHeld { client, call, result, .. } => {
+                if result == "not_held" {
+                    not_held.insert((*client, *call));
+                } else {
+                    unresolved.insert((*client, *call));
+                }
+            }
+            _ => {}
+        }
+    }
+    let grant_ids: BTreeSet<(u32, u64, u64)> = helds.iter().map(|h| (h.client, h.call, h.token)).collect();
+    let found: BTreeSet<(u32, u64)> = grant_ids.iter().map(|(c, call, _)| (*c, *call)).collect();
+    r.indeterminate_held = grant_ids.len() as u64;
+    r.indeterminate_not_held = not_held.difference(&found).count() as u64;
+    r.indeterminate_unresolved = unresolved.difference(&found).filter(|x| !not_held.contains(x)).count() as u64;
+    if helds.is_empty() {
+        return;
+    }
+    // One token per grant.
+    let by_token: HashMap<u64, &Grant> = grants.iter().map(|g| (g.token, g)).collect();
+    let mut held_token: HashMap<u64, (u32, u64)> = HashMap::new();
+    for h in &helds {
+        if let Some(g) = by_token.get(&h.token) {
+            r.violations.push(format!(
+                "one token on two grants: {} on {} and {} on {}",
+                g.what(),
+                g.keys.join(","),
+                h.what(),
+                h.key
+            ));
+        }
+        match held_token.get(&h.token) {
+            Some(&(c, call)) if (c, call) != (h.client, h.call) => r.violations.push(format!(
+                "one token on two grants: token {} on two Indeterminate acquires (client {c} called at {} ms, {})",
+                h.token,
+                call / MS,
+                h.what()
+            )),
+            Some(_) => {}
+            None => {
+                held_token.insert(h.token, (h.client, h.call));
+            }
+        }
+    }
+    // One counter: against the grants answered before its call and called after `at`.
+    let mut by_call: Vec<&Grant> = grants.iter().collect();
+    by_call.sort_by_key(|g| g.call);
+    let mut suffix_min: Vec<Option<&Grant>> = vec![None; by_call.len() + 1];
+    for i in (0..by_call.len()).rev() {
+        let g = by_call[i];
+        suffix_min[i] = match suffix_min[i + 1] {
+            Some(m) if m.token <= g.token => Some(m),
+            _ => Some(g),
+        };
+    }
+    let mut prefix_max: Vec<&Grant> = Vec::with_capacity(grants.len());
+    for g in grants {
+        match prefix_max.last() {
+            Some(m) if m.token >= g.token => prefix_max.push(m),
+            _ => prefix_max.push(g),
+        }
+    }
+    let mut reported: BTreeSet<(u64, u64)> = BTreeSet::new();
+    for h in &helds {
+        let before = grants.partition_point(|g| g.ans < h.call);
+        if let Some(x) = before.checked_sub(1).map(|i| prefix_max[i]) {
+            if x.token >= h.token && reported.insert((x.token, h.token)) {
+                r.violations.push(format!(
+                    "token decrease: {} on {} is not above token {} on {} (answered at {} ms)",
+                    h.what(),
+                    h.key,
+                    x.token,
+                    x.key(),
+                    x.ans / MS
+                ));
+            }
+        }
+        let after = by_call.partition_point(|g| g.call <= h.at);
+        if let Some(y) = suffix_min[after] {
+            if y.token <= h.token && reported.insert((h.token, y.token)) {
+                r.violations.push(format!(
+                    "token decrease: token {} on {} (called at {} ms) is not above {} on {}",
+                    y.token,
+                    y.key(),
+                    y.call / MS,
+                    h.what(),
+                    h.key
+                ));
+            }
+        }
+    }
+    // Two Indeterminate grants: the later call after the earlier one's `at`.
+    let mut hs: Vec<&Held<'_>> = helds.iter().collect();
+    hs.sort_by_key(|h| h.at);
+    for y in &helds {
+        for x in hs.iter().take_while(|x| x.at < y.call) {
+            if x.token >= y.token && reported.insert((x.token, y.token)) {
+                r.violations.push(format!(
+                    "token decrease: {} on {} is not above {} on {}",
+                    y.what(),
+                    y.key,
+                    x.what(),
+                    x.key
+                ));
+            }
+        }
+    }
+    // Holders at once.
+    let per_key = by_key(grants);
+    for h in &helds {
+        for g in per_key.get(h.key).into_iter().flatten() {
+            if g.token < h.token && g.end >= h.at && (g.n.is_none() || h.exclusive) {
+                r.violations.push(format!(
+                    "two holders of {} at once: {} held until {} ms, and {}, granted after it",
+                    h.key,
+                    g.what(),
+                    g.end / MS,
+                    h.what()
+                ));
+            }
+        }
+    }
 }

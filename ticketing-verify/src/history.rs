@@ -6,6 +6,13 @@
 //! (`K`) its `keys` (every key of the ticket, `key` is the first) and `want`
 //! (the keys asked for, in the order sent). Those fields are left out of a
 //! plain exclusive grant's line, so older histories read the same.
+//!
+//! An acquire also records, when it knows them, `sent` (the request had been
+//! handed to a connection by then), `wait_ms` and `lease_ms` (what it asked
+//! for): the FIFO rule of the checker needs them, and leaves out an acquire
+//! without them. An acquire that ended Indeterminate is followed by what the
+//! client library's release lane found out about it, one event per key:
+//! [`Event::IndeterminateHeld`] or [`Event::IndeterminateNotHeld`].
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -43,6 +50,17 @@ pub enum Event {
         /// Counted grant: the slot the server gave (`0..n`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         slot: Option<u16>,
+        /// By then the request had certainly been handed to a connection
+        /// (the client was ready to route it right after the call); `None`:
+        /// unknown (it may have waited in the client for a connection).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sent: Option<u64>,
+        /// The `wait` asked for, ms.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+        /// The lease asked for, ms (with `dl`: when the server read the request, at the latest).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease_ms: Option<u64>,
     },
     /// An acquire that returned anything else.
     Acquire {
@@ -55,6 +73,66 @@ pub enum Event {
         /// When it returned.
         ans: u64,
         /// `timeout` (T), or the error's code (`busy`, `indeterminate`, …).
+        result: String,
+        /// Multi-key request: every key asked for; empty otherwise.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        keys: Vec<String>,
+        /// Counted request: its `n`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        n: Option<u16>,
+        /// As for [`Event::Grant`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sent: Option<u64>,
+        /// The `wait` asked for, ms.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wait_ms: Option<u64>,
+        /// The lease asked for, ms.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease_ms: Option<u64>,
+    },
+    /// An acquire that ended Indeterminate WAS granted: the client library's
+    /// release lane asked the leader (`Q`) and it answered `H` with this
+    /// token, so the acquire held `key` with `token` at some instant after
+    /// `call` and before `at` (then the lane released it, or the grant had
+    /// ended by the time it tried).
+    IndeterminateHeld {
+        /// Client process number.
+        client: u32,
+        /// The key asked about.
+        key: String,
+        /// The token `H` named.
+        token: u64,
+        /// When the acquire was called (the grant was committed after it).
+        call: u64,
+        /// When the acquire ended Indeterminate.
+        ans: u64,
+        /// When the client heard the lane's result (after the `H`, and after the lane's release).
+        at: u64,
+        /// The lane's release answered `R` (held until that release, before `at`).
+        released: bool,
+        /// Multi-key request: every key asked for (each has its own event); empty otherwise.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        keys: Vec<String>,
+        /// Counted request: its `n`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        n: Option<u16>,
+    },
+    /// An acquire that ended Indeterminate and was not found held: the
+    /// lane's `Q` answered `N` (`not_held`: not granted, or its grant had
+    /// already ended), or nothing was learnt (`unconfirmed`: no answer within
+    /// the lane's 5 s; `unknown`: the client heard nothing in time).
+    IndeterminateNotHeld {
+        /// Client process number.
+        client: u32,
+        /// The key asked about.
+        key: String,
+        /// When the acquire was called.
+        call: u64,
+        /// When it ended Indeterminate.
+        ans: u64,
+        /// When the client heard the result (or gave up).
+        at: u64,
+        /// `not_held`, `unconfirmed` or `unknown`.
         result: String,
         /// Multi-key request: every key asked for; empty otherwise.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -141,7 +219,9 @@ impl Event {
             | Event::Acquire { client, .. }
             | Event::Pause { client, .. }
             | Event::Write { client, .. }
-            | Event::Release { client, .. } => Some(*client),
+            | Event::Release { client, .. }
+            | Event::IndeterminateHeld { client, .. }
+            | Event::IndeterminateNotHeld { client, .. } => Some(*client),
             Event::Fault { .. } => None,
         }
     }
@@ -222,6 +302,9 @@ mod tests {
             want: vec![],
             n: None,
             slot: None,
+            sent: None,
+            wait_ms: None,
+            lease_ms: None,
         };
         let mut r = Recorder::open(&p).unwrap();
         r.record(&e).unwrap();
@@ -241,6 +324,9 @@ mod tests {
             want: vec![],
             n: Some(3),
             slot: Some(1),
+            sent: Some(3),
+            wait_ms: Some(4000),
+            lease_ms: Some(3000),
         };
         let basket = Event::Grant {
             client: 3,
@@ -253,11 +339,41 @@ mod tests {
             want: vec!["b".into(), "a".into()],
             n: None,
             slot: None,
+            sent: None,
+            wait_ms: None,
+            lease_ms: None,
+        };
+        let held = Event::IndeterminateHeld {
+            client: 4,
+            key: "a".into(),
+            token: 8,
+            call: 1,
+            ans: 2,
+            at: 3,
+            released: true,
+            keys: vec!["a".into(), "b".into()],
+            n: None,
+        };
+        let not_held = Event::IndeterminateNotHeld {
+            client: 4,
+            key: "b".into(),
+            call: 1,
+            ans: 2,
+            at: 3,
+            result: "not_held".into(),
+            keys: vec!["a".into(), "b".into()],
+            n: None,
         };
         r.record(&counted).unwrap();
         r.record(&basket).unwrap();
+        r.record(&held).unwrap();
+        r.record(&not_held).unwrap();
+        assert_eq!(
+            serde_json::to_string(&held).unwrap(),
+            r#"{"ev":"indeterminate_held","client":4,"key":"a","token":8,"call":1,"ans":2,"at":3,"released":true,"keys":["a","b"]}"#
+        );
         std::fs::OpenOptions::new().append(true).open(&p).unwrap().write_all(b"{\"ev\":\"gra").unwrap();
-        assert_eq!(load(&dir).unwrap(), vec![e, counted, basket]);
+        assert_eq!(load(&dir).unwrap(), vec![e, counted, basket, held, not_held]);
         std::fs::write(dir.join("bad.jsonl"), "nonsense\n{}\n").unwrap();
         assert!(load(&dir).is_err());
         std::fs::remove_dir_all(&dir).unwrap();

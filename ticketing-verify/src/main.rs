@@ -284,7 +284,7 @@ fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build()?;
-    let (mut v, mut g, mut f, mut fr) = (0u64, 0u64, 0u64, 0u64);
+    let (mut v, mut g, mut f, mut fr, mut ih) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut failed_runs = 0;
     for plan in &plans {
         let mode = if plan.durable { "durable" } else { "memory" };
@@ -310,6 +310,13 @@ fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
             out.report.baskets,
             out.elapsed.as_secs_f64()
         );
+        println!(
+            "FIFO pairs checked: {}; Indeterminate acquires found held: {}, not held: {}, unresolved: {}",
+            out.report.fifo_pairs,
+            out.report.indeterminate_held,
+            out.report.indeterminate_not_held,
+            out.report.indeterminate_unresolved
+        );
         for e in &out.errors {
             println!("RUN ERROR: {e}");
         }
@@ -326,8 +333,9 @@ fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
         g += out.report.grants;
         f += out.report.faults;
         fr += out.report.fence_refusals;
+        ih += out.report.indeterminate_held;
     }
-    println!("{}", last_line(v, g, f, fr));
+    println!("{}", last_line(v, g, f, fr, ih));
     Ok(if v > 0 || failed_runs > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }
 

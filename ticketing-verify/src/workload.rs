@@ -3,8 +3,25 @@
 //! recorded with monotonic timestamps. What it acquires is its
 //! [`Workload`]: exclusive keys, a semaphore, a read/write lock, multi-key
 //! baskets, or a mix of them.
+//!
+//! Two things it records for the checker's FIFO and Indeterminate rules:
+//!
+//! - `sent`: right after calling an acquire it asks the client library
+//!   whether a request can be routed now. The library hands every waiting
+//!   acquire to a connection as soon as one is ready, and takes commands in
+//!   order, so "ready" means the acquire had been handed to a connection by
+//!   then (`sent` is the time the answer came back).
+//! - After an acquire that ended Indeterminate, what the library's release
+//!   lane found out (docs/client.md, "Release lane": it asks `Q` and releases
+//!   the exact token on `H`). The library reports that only as a `debug`
+//!   event of `ticketing_client::driver` ("indeterminate acquire resolved",
+//!   with the key, the token `H` named and the outcome), and does not expose
+//!   the acquire's owner, so this process cannot ask `Q` itself: a tracing
+//!   subscriber ([`lane_watch`]) hears those events, and nothing else.
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use ticketing_client::{Error, Ticket, TicketBroker};
@@ -91,6 +108,14 @@ impl Op {
             Op::All(ks) => &ks[0],
         }
     }
+
+    /// Every key asked for.
+    fn keys(&self) -> Vec<String> {
+        match self {
+            Op::Exclusive(k) | Op::Counted(k, _) => vec![k.clone()],
+            Op::All(ks) => ks.clone(),
+        }
+    }
 }
 
 /// The next request of workload `w` over the run's `keys`.
@@ -127,6 +152,15 @@ pub fn pick(w: Workload, keys: &[String], rng: &mut Rng) -> Op {
 /// deadline left once it holds the database's write lock; the rest is the
 /// commit's own time. (The paused holder skips this check on purpose.)
 pub const WRITE_MARGIN: Duration = Duration::from_millis(400);
+
+/// After an acquire ended Indeterminate, how long the client waits to hear
+/// the release lane's result for each key: the lane gives up 5 s after the
+/// acquire failed, and reports that too.
+pub const RESOLVE_WAIT: Duration = Duration::from_secs(7);
+
+/// After a lane result was not heard within [`RESOLVE_WAIT`], how long a
+/// result for that key is not trusted to be the current acquire's.
+pub const MISSED_FOR: Duration = Duration::from_secs(60);
 
 /// What one client process does.
 #[derive(Debug, Clone)]
@@ -165,6 +199,9 @@ pub fn pause_trigger(dir: &std::path::Path, id: u32) -> PathBuf {
 /// server error: every outcome is recorded and the loop goes on.
 pub fn run(a: ClientArgs) -> anyhow::Result<()> {
     let mut rec = Recorder::open(&a.dir.join(format!("client-{}.jsonl", a.id)))?;
+    if !lane_watch::install() {
+        eprintln!("client {}: another tracing subscriber is set: Indeterminate acquires stay unresolved", a.id);
+    }
     let mut conn = db::open(&a.db)?;
     let mut rng = Rng::new(a.seed);
     let end = Instant::now() + a.duration;
@@ -172,18 +209,35 @@ pub fn run(a: ClientArgs) -> anyhow::Result<()> {
     let broker = rt.block_on(TicketBroker::builder(a.addrs.iter().map(String::as_str)).connect())?;
     rt.block_on(broker.wait_ready(Duration::from_secs(10)));
     let stop = a.dir.join("stop");
+    // Keys whose lane result was not heard in time, and when: see `record_resolution`.
+    let mut missed: Vec<(String, Instant)> = Vec::new();
     while Instant::now() < end && !stop.exists() {
         let op = pick(a.workload, &a.keys, &mut rng);
+        // A result heard now belongs to no acquire of this process any more.
+        lane_watch::forget();
         let call = mono_ns();
-        let r = rt.block_on(async {
-            match &op {
-                Op::Exclusive(k) => broker.acquire(k, a.wait, a.lease, a.budget).await,
-                Op::Counted(k, n) => broker.acquire_shared(k, *n, a.wait, a.lease, a.budget).await,
-                Op::All(ks) => {
-                    let ks: Vec<&str> = ks.iter().map(String::as_str).collect();
-                    broker.acquire_all(&ks, a.wait, a.lease, a.budget).await
+        let (r, sent) = rt.block_on(async {
+            let acquire = async {
+                match &op {
+                    Op::Exclusive(k) => broker.acquire(k, a.wait, a.lease, a.budget).await,
+                    Op::Counted(k, n) => broker.acquire_shared(k, *n, a.wait, a.lease, a.budget).await,
+                    Op::All(ks) => {
+                        let ks: Vec<&str> = ks.iter().map(String::as_str).collect();
+                        broker.acquire_all(&ks, a.wait, a.lease, a.budget).await
+                    }
                 }
+            };
+            let mut acquire = std::pin::pin!(acquire);
+            // Polled once, the acquire's command is in the library's queue
+            // (nothing before it waits); the status query goes behind it.
+            if let Poll::Ready(r) = std::future::poll_fn(|cx| Poll::Ready(acquire.as_mut().poll(cx))).await {
+                return (r, None);
             }
+            let sent = match broker.status().await {
+                Some(s) if s.ready => Some(mono_ns()),
+                _ => None,
+            };
+            (acquire.await, sent)
         });
         let ans = mono_ns();
         let (want, n) = match &op {
@@ -191,6 +245,7 @@ pub fn run(a: ClientArgs) -> anyhow::Result<()> {
             Op::Counted(_, n) => (vec![], Some(*n)),
             Op::All(ks) => (ks.clone(), None),
         };
+        let (wait_ms, lease_ms) = (Some(a.wait.as_millis() as u64), Some(a.lease.as_millis() as u64));
         let ticket = match r {
             Ok(Some(t)) => t,
             other => {
@@ -199,7 +254,21 @@ pub fn run(a: ClientArgs) -> anyhow::Result<()> {
                     Err(e) => e.code().to_owned(),
                 };
                 let key = op.key().to_owned();
-                rec.record(&Event::Acquire { client: a.id, key, call, ans, result, keys: want, n })?;
+                rec.record(&Event::Acquire {
+                    client: a.id,
+                    key,
+                    call,
+                    ans,
+                    result,
+                    keys: want.clone(),
+                    n,
+                    sent,
+                    wait_ms,
+                    lease_ms,
+                })?;
+                if matches!(other, Err(Error::Indeterminate)) {
+                    record_resolution(a.id, &mut rec, &mut missed, &op.keys(), &want, n, call, ans)?;
+                }
                 if matches!(other, Err(Error::Unavailable | Error::Busy | Error::Closed)) {
                     std::thread::sleep(Duration::from_millis(rng.range(50, 150)));
                 }
@@ -223,6 +292,9 @@ pub fn run(a: ClientArgs) -> anyhow::Result<()> {
             want,
             n,
             slot,
+            sent,
+            wait_ms,
+            lease_ms,
         })?;
         hold(&a, &mut rng, &mut rec, &mut conn, &ticket, n, &keys)?;
         let start = mono_ns();
@@ -237,6 +309,216 @@ pub fn run(a: ClientArgs) -> anyhow::Result<()> {
     }
     rt.block_on(broker.close());
     Ok(())
+}
+
+/// Records what the release lane found out about an acquire of `keys` that
+/// ended Indeterminate: one event per key, when its result is heard (at most
+/// [`RESOLVE_WAIT`] after the acquire failed). `want`: the keys of a
+/// multi-key request (empty otherwise), `n` a counted request's.
+///
+/// A result that was not heard in time may still come, and would then be
+/// taken for a later acquire's: for [`MISSED_FOR`] after such a miss, a
+/// result for that key is recorded as `unknown` (`missed`).
+#[allow(clippy::too_many_arguments)]
+fn record_resolution(
+    client: u32,
+    rec: &mut Recorder,
+    missed: &mut Vec<(String, Instant)>,
+    keys: &[String],
+    want: &[String],
+    n: Option<u16>,
+    call: u64,
+    ans: u64,
+) -> anyhow::Result<()> {
+    let heard = lane_watch::wait_for(keys, Instant::now() + RESOLVE_WAIT);
+    let gave_up = mono_ns();
+    missed.retain(|(_, t)| t.elapsed() < MISSED_FOR);
+    let was_missed: Vec<bool> = keys.iter().map(|k| missed.iter().any(|(m, _)| m == k)).collect();
+    // Not heard, or heard while a late result may still come: this acquire's may come later.
+    for (k, _) in keys.iter().zip(&was_missed).filter(|(k, m)| **m || !heard.iter().any(|r| &r.key == *k)) {
+        missed.push((k.clone(), Instant::now()));
+    }
+    for (key, ambiguous) in keys.iter().zip(was_missed) {
+        let (key, keys) = (key.clone(), want.to_vec());
+        let e = match heard.iter().find(|r| r.key == key).filter(|_| !ambiguous) {
+            Some(r) => match r.token {
+                Some(token) => Event::IndeterminateHeld {
+                    client,
+                    key,
+                    token,
+                    call,
+                    ans,
+                    at: r.at,
+                    released: r.outcome == "Released",
+                    keys,
+                    n,
+                },
+                None => {
+                    let result = if r.outcome == "NotHolder" { "not_held" } else { "unconfirmed" };
+                    Event::IndeterminateNotHeld { client, key, call, ans, at: r.at, result: result.into(), keys, n }
+                }
+            },
+            None => {
+                Event::IndeterminateNotHeld { client, key, call, ans, at: gave_up, result: "unknown".into(), keys, n }
+            }
+        };
+        rec.record(&e)?;
+    }
+    Ok(())
+}
+
+/// Hears the client library's reports of resolved Indeterminate acquires
+/// (a `debug` event of `ticketing_client::driver`), with the time each was
+/// heard on the shared clock. The process's global tracing subscriber: it
+/// takes no other event and no span.
+pub mod lane_watch {
+    use std::collections::VecDeque;
+    use std::fmt;
+    use std::sync::{Condvar, Mutex, MutexGuard};
+    use std::time::Instant;
+
+    use tracing::field::{Field, Visit};
+    use tracing::level_filters::LevelFilter;
+    use tracing::span;
+    use tracing::subscriber::Interest;
+    use tracing::{Metadata, Subscriber};
+
+    use crate::clock::mono_ns;
+
+    /// The target of the library's event.
+    pub const TARGET: &str = "ticketing_client::driver";
+    /// Its message.
+    pub const MESSAGE: &str = "indeterminate acquire resolved";
+
+    /// One resolved Indeterminate acquire of one key.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Resolution {
+        /// The key.
+        pub key: String,
+        /// The token `H` named: the acquire was granted; `None`: `Q`
+        /// answered `N`, or no answer came.
+        pub token: Option<u64>,
+        /// The lane's outcome: `Released`, `NotHolder` or `Unconfirmed`.
+        pub outcome: String,
+        /// When it was heard (after the lane's last answer).
+        pub at: u64,
+    }
+
+    static HEARD: Mutex<VecDeque<Resolution>> = Mutex::new(VecDeque::new());
+    static NEWS: Condvar = Condvar::new();
+
+    fn heard() -> MutexGuard<'static, VecDeque<Resolution>> {
+        HEARD.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The subscriber.
+    pub struct LaneWatch;
+
+    impl LaneWatch {
+        fn wanted(m: &Metadata<'_>) -> bool {
+            m.is_event() && m.target() == TARGET
+        }
+    }
+
+    #[derive(Default)]
+    struct Fields {
+        message: String,
+        key: Option<String>,
+        token: Option<u64>,
+        outcome: Option<String>,
+    }
+
+    impl Visit for Fields {
+        fn record_u64(&mut self, f: &Field, v: u64) {
+            if f.name() == "token" {
+                self.token = Some(v);
+            }
+        }
+
+        fn record_debug(&mut self, f: &Field, v: &dyn fmt::Debug) {
+            match f.name() {
+                "message" => self.message = format!("{v:?}"),
+                "key" => self.key = Some(format!("{v:?}")),
+                "outcome" => self.outcome = Some(format!("{v:?}")),
+                _ => {}
+            }
+        }
+    }
+
+    impl Subscriber for LaneWatch {
+        fn register_callsite(&self, m: &'static Metadata<'static>) -> Interest {
+            if Self::wanted(m) {
+                Interest::always()
+            } else {
+                Interest::never()
+            }
+        }
+
+        fn enabled(&self, m: &Metadata<'_>) -> bool {
+            Self::wanted(m)
+        }
+
+        fn max_level_hint(&self) -> Option<LevelFilter> {
+            Some(LevelFilter::DEBUG)
+        }
+
+        fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
+            span::Id::from_u64(1)
+        }
+
+        fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
+
+        fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
+
+        fn event(&self, e: &tracing::Event<'_>) {
+            let at = mono_ns();
+            let mut f = Fields::default();
+            e.record(&mut f);
+            if f.message != MESSAGE {
+                return;
+            }
+            let (Some(key), Some(outcome)) = (f.key, f.outcome) else { return };
+            heard().push_back(Resolution { key, token: f.token, outcome, at });
+            NEWS.notify_all();
+        }
+
+        fn enter(&self, _: &span::Id) {}
+
+        fn exit(&self, _: &span::Id) {}
+    }
+
+    /// Makes [`LaneWatch`] the process's subscriber; false if one was set already.
+    pub fn install() -> bool {
+        tracing::subscriber::set_global_default(LaneWatch).is_ok()
+    }
+
+    /// Drops everything heard so far.
+    pub fn forget() {
+        heard().clear();
+    }
+
+    /// Waits until a result for every one of `keys` was heard, or `until`;
+    /// returns (and takes) the first heard for each.
+    pub fn wait_for(keys: &[String], until: Instant) -> Vec<Resolution> {
+        let mut q = heard();
+        loop {
+            if keys.iter().all(|k| q.iter().any(|r| &r.key == k)) {
+                break;
+            }
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            q = NEWS.wait_timeout(q, until - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        let mut out = Vec::new();
+        for k in keys {
+            if let Some(i) = q.iter().position(|r| &r.key == k) {
+                out.extend(q.remove(i));
+            }
+        }
+        out
+    }
 }
 
 /// The holder's part: work, maybe the client-pause nemesis, the fenced
@@ -336,5 +618,45 @@ mod tests {
         assert!((400..600).contains(&writers), "{writers} writers, {readers} readers");
         assert_eq!(sizes, BTreeSet::from([2, 3]));
         assert_eq!(firsts.len(), 3);
+    }
+
+    #[test]
+    fn the_lane_watch_hears_the_librarys_resolved_event_and_nothing_else() {
+        use lane_watch::{LaneWatch, Resolution, MESSAGE, TARGET};
+        // The event as ticketing-client's driver writes it.
+        #[derive(Debug)]
+        enum Outcome {
+            Released,
+            NotHolder,
+        }
+        tracing::subscriber::with_default(LaneWatch, || {
+            lane_watch::forget();
+            let key = "verify-key-1";
+            let token: Option<u64> = Some(17);
+            tracing::debug!(target: "ticketing_client::driver", key = %key, token = token, outcome = ?Outcome::Released, "indeterminate acquire resolved");
+            let none: Option<u64> = None;
+            tracing::debug!(target: "ticketing_client::driver", key = %"verify-sem", token = none, outcome = ?Outcome::NotHolder, "indeterminate acquire resolved");
+            // Other events of the driver and of other targets are not taken.
+            tracing::debug!(target: "ticketing_client::driver", key = %key, token = 18u64, outcome = ?Outcome::Released, "release lane entry done");
+            tracing::warn!(key = %key, token = 19u64, outcome = ?Outcome::Released, "indeterminate acquire resolved");
+        });
+        let keys = vec!["verify-key-1".to_owned(), "verify-sem".to_owned(), "verify-rw".to_owned()];
+        let t0 = Instant::now();
+        let got = lane_watch::wait_for(&keys, Instant::now() + Duration::from_millis(200));
+        assert!(t0.elapsed() >= Duration::from_millis(200), "waits for the missing key");
+        let got: Vec<(String, Option<u64>, String)> =
+            got.into_iter().map(|Resolution { key, token, outcome, .. }| (key, token, outcome)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("verify-key-1".to_owned(), Some(17), "Released".to_owned()),
+                ("verify-sem".to_owned(), None, "NotHolder".to_owned()),
+            ]
+        );
+        assert!(lane_watch::wait_for(&keys, Instant::now()).is_empty(), "taken once");
+        // The library still writes that event with those fields.
+        let driver = include_str!("../../ticketing-client/src/driver.rs");
+        assert!(driver.contains(MESSAGE) && driver.contains("key = %key, token = token.map(|t| t.get()), ?outcome"));
+        assert!(TARGET.ends_with("::driver"));
     }
 }

@@ -20,6 +20,9 @@ fn grant(client: u32, key: &str, token: u64, call: u64, ans: u64, dl: u64) -> Ev
         want: vec![],
         n: None,
         slot: None,
+        sent: None,
+        wait_ms: None,
+        lease_ms: None,
     }
 }
 /// A counted grant (`S … n`) with its slot.
@@ -35,6 +38,9 @@ fn counted(client: u32, key: &str, (n, slot): (u16, u16), token: u64, call: u64,
         want: vec![],
         n: Some(n),
         slot: Some(slot),
+        sent: None,
+        wait_ms: None,
+        lease_ms: None,
     }
 }
 /// A multi-key grant of `keys` (as the ticket lists them) for the request `want`.
@@ -50,6 +56,9 @@ fn basket(client: u32, keys: &[&str], want: &[&str], token: u64, call: u64, ans:
         want: want.iter().map(|k| (*k).to_owned()).collect(),
         n: None,
         slot: None,
+        sent: None,
+        wait_ms: None,
+        lease_ms: None,
     }
 }
 fn timeout(client: u32, key: &str, call: u64, ans: u64) -> Event {
@@ -61,6 +70,9 @@ fn timeout(client: u32, key: &str, call: u64, ans: u64) -> Event {
         result: "timeout".into(),
         keys: vec![],
         n: None,
+        sent: None,
+        wait_ms: None,
+        lease_ms: None,
     }
 }
 fn write(client: u32, key: &str, token: u64, issued: u64, result: &str) -> Event {
@@ -118,7 +130,7 @@ fn a_clean_history_has_no_violation() {
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     assert_eq!((r.grants, r.accepted, r.fence_refusals, r.faults), (2, 2, 0, 0));
     assert!(table(&r.rows).contains("| baseline | 2 |"));
-    assert_eq!(last_line(0, 2, 0, 0), "violations=0 grants=2 faults=0 fence_refusals=0");
+    assert_eq!(last_line(0, 2, 0, 0, 0), "violations=0 grants=2 faults=0 fence_refusals=0 indeterminate_held=0");
 }
 
 #[test]
@@ -481,4 +493,370 @@ fn a_stall_while_acquires_wait_is_found() {
     // Nobody asking for a key for long is not a stall.
     let ev = vec![grant(1, "a", 10, 90, 100, 3100), release(1, "a", 10, 200), timeout(2, "a", 24_000, 24_500)];
     assert!(check(&ev, &fin(&[], &[]), BOUND, 0, 25_000 * MS).violations.is_empty());
+}
+
+// --- FIFO (rule 10) ---------------------------------------------------------------------
+
+/// A grant of an acquire called at `call` whose request was handed to a
+/// connection by `sent`, with `start` = send time + the server's `waited_ms`
+/// (its deadline is `start` + lease × 0.999; wait 4 s, lease 3 s). The server
+/// read it by `sent + (ans − start)` and committed it after `start`.
+fn queued(client: u32, key: &str, token: u64, (call, sent): (u64, u64), start: u64, ans: u64) -> Event {
+    Event::Grant {
+        client,
+        key: key.into(),
+        token,
+        call: call * MS,
+        ans: ans * MS,
+        dl: (start + 2997) * MS,
+        keys: vec![],
+        want: vec![],
+        n: None,
+        slot: None,
+        sent: Some(sent * MS),
+        wait_ms: Some(4000),
+        lease_ms: Some(3000),
+    }
+}
+/// The same for a counted grant (`S … n`).
+fn queued_counted(
+    client: u32,
+    key: &str,
+    (n, slot): (u16, u16),
+    token: u64,
+    times: (u64, u64),
+    start: u64,
+    ans: u64,
+) -> Event {
+    match queued(client, key, token, times, start, ans) {
+        Event::Grant { client, key, token, call, ans, dl, sent, wait_ms, lease_ms, .. } => Event::Grant {
+            client,
+            key,
+            token,
+            call,
+            ans,
+            dl,
+            keys: vec![],
+            want: vec![],
+            n: Some(n),
+            slot: Some(slot),
+            sent,
+            wait_ms,
+            lease_ms,
+        },
+        _ => unreachable!(),
+    }
+}
+/// An acquire (`keys`: a basket's, else one key) that waited its 4 s and got `T`.
+fn timed_out(client: u32, keys: &[&str], (call, sent): (u64, u64), ans: u64) -> Event {
+    Event::Acquire {
+        client,
+        key: keys[0].into(),
+        call: call * MS,
+        ans: ans * MS,
+        result: "timeout".into(),
+        keys: if keys.len() > 1 { keys.iter().map(|k| (*k).to_owned()).collect() } else { vec![] },
+        n: None,
+        sent: Some(sent * MS),
+        wait_ms: Some(4000),
+        lease_ms: Some(3000),
+    }
+}
+fn indeterminate(client: u32, key: &str, call: u64, ans: u64) -> Event {
+    Event::Acquire {
+        client,
+        key: key.into(),
+        call: call * MS,
+        ans: ans * MS,
+        result: "indeterminate".into(),
+        keys: vec![],
+        n: None,
+        sent: None,
+        wait_ms: Some(4000),
+        lease_ms: Some(3000),
+    }
+}
+fn fault(start: u64, heal: u64) -> Event {
+    Event::Fault { name: "kill-leader".into(), nodes: 3, start: start * MS, heal: heal * MS, detail: String::new() }
+}
+
+/// Client 9 holds `k` until 1400. Client 1 asks at 100 (its request read by
+/// 103) and waits; client 2 asks at 1000 and is granted at 1450, before
+/// client 1 (granted at 1612, after client 2 released): overtaken.
+fn overtaken() -> Vec<Event> {
+    vec![
+        grant(9, "k", 10, 0, 5, 3000),
+        release(9, "k", 10, 1400),
+        queued(1, "k", 12, (100, 101), 1610, 1612),
+        release(1, "k", 12, 1700),
+        queued(2, "k", 11, (1000, 1001), 1440, 1450),
+        release(2, "k", 11, 1600),
+    ]
+}
+
+fn check_fifo(ev: &[Event]) -> ticketing_verify::checker::Report {
+    check(ev, &fin(&[], &[]), BOUND, 0, 10_000 * MS)
+}
+
+#[test]
+fn a_waiter_overtaken_by_a_later_request_is_found() {
+    let r = check_fifo(&overtaken());
+    assert_eq!(r.violations.len(), 1, "{:?}", r.violations);
+    assert!(
+        has(&r.violations, "FIFO on k: client 2 (called at 1000 ms) was granted by 1450 ms while client 1, whose request the server had read by 103 ms, still waited (granted at 1612 ms)"),
+        "{:?}",
+        r.violations
+    );
+    assert_eq!(r.fifo_pairs, 1);
+    // The same, client 1 in its own order: clean (it is granted first).
+    let mut ev = overtaken();
+    ev[2] = queued(1, "k", 11, (100, 101), 1440, 1450);
+    ev[3] = release(1, "k", 11, 1600);
+    ev[4] = queued(2, "k", 12, (1000, 1001), 1610, 1612);
+    ev[5] = release(2, "k", 12, 1700);
+    let r = check_fifo(&ev);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!(r.fifo_pairs, 1, "the pair was judged");
+}
+
+#[test]
+fn a_waiter_that_timed_out_after_being_overtaken_is_found() {
+    // Client 1 waits its whole 4 s and gets T at 4101; client 2, called at
+    // 1000, is granted at 1450 meanwhile.
+    let mut ev = overtaken();
+    ev[2] = timed_out(1, &["k"], (100, 101), 4101);
+    ev.remove(3);
+    let r = check_fifo(&ev);
+    assert!(has(&r.violations, "FIFO on k: client 2 (called at 1000 ms) was granted by 1450 ms while client 1, whose request the server had read by 101 ms, still waited (answered timeout at 4101 ms)"), "{:?}", r.violations);
+    // Its wait was over (call + 4 s) before client 2's grant: nothing.
+    let ev = vec![
+        grant(9, "k", 10, 0, 5, 3000),
+        timed_out(1, &["k"], (100, 101), 4101),
+        queued(2, "k", 11, (1000, 1001), 4110, 4150),
+    ];
+    let r = check_fifo(&ev);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+}
+
+#[test]
+fn overtaking_is_found_whatever_the_kinds() {
+    // A basket waiting for k and j is not overtaken on k by a later lock of k.
+    let mut ev = overtaken();
+    ev[2] = timed_out(1, &["j", "k"], (100, 101), 4101);
+    ev.remove(3);
+    let r = check_fifo(&ev);
+    assert!(has(&r.violations, "FIFO on k: client 2"), "{:?}", r.violations);
+    // A reader arriving behind a waiting writer waits behind it, although it
+    // could hold the key beside the readers already there.
+    let ev = vec![
+        counted(9, "rw", (65535, 0), 10, 0, 5, 3000),
+        release(9, "rw", 10, 1400),
+        queued(1, "rw", 12, (100, 101), 1610, 1612),
+        queued_counted(2, "rw", (65535, 1), 11, (1000, 1001), 1002, 1004),
+        release(2, "rw", 11, 1050),
+    ];
+    let r = check_fifo(&ev);
+    assert!(
+        has(&r.violations, "FIFO on rw: client 2 (called at 1000 ms) was granted by 1004 ms while client 1"),
+        "{:?}",
+        r.violations
+    );
+    // Two readers granted by one command (the second's start is not after the first's answer): no order between them.
+    let ev = vec![
+        grant(9, "rw", 10, 0, 5, 3000),
+        release(9, "rw", 10, 1400),
+        queued_counted(1, "rw", (65535, 0), 11, (100, 101), 1440, 1452),
+        queued_counted(2, "rw", (65535, 1), 12, (1000, 1001), 1440, 1450),
+    ];
+    let r = check_fifo(&ev);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!(r.fifo_pairs, 1);
+}
+
+#[test]
+fn requests_not_certainly_in_order_are_not_judged() {
+    // Client 2 called 247 ms after the server had read client 1's request: within the margin (300 ms).
+    let mut ev = overtaken();
+    ev[4] = queued(2, "k", 11, (350, 351), 1440, 1450);
+    let r = check_fifo(&ev);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!(r.fifo_pairs, 0);
+    // Client 1's request may have waited in the client for a connection (no `sent`).
+    let mut ev = overtaken();
+    if let Event::Grant { sent, .. } = &mut ev[2] {
+        *sent = None;
+    }
+    let r = check_fifo(&ev);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    // A long time between the send and the grant's start that is not the
+    // server's waiting: the server may have read it late (it read it by 1101 here).
+    let mut ev = overtaken();
+    ev[2] = queued(1, "k", 12, (100, 101), 1610, 2610);
+    let r = check_fifo(&ev);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    // Other keys, or the same client, are no pair.
+    let mut ev = overtaken();
+    ev[4] = queued(2, "j", 11, (1000, 1001), 1440, 1450);
+    ev[5] = release(2, "j", 11, 1600);
+    assert!(check_fifo(&ev).violations.is_empty());
+}
+
+#[test]
+fn a_fault_or_a_disturbance_near_the_pair_exempts_it() {
+    // A fault between client 1's call and client 2's grant: the leader may have changed.
+    let mut ev = overtaken();
+    ev.push(fault(1200, 1300));
+    let r = check_fifo(&ev);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!(r.fifo_pairs, 0);
+    // One that healed less than 2 s before client 1's call: a cut-off leader may still answer.
+    let mut ev = overtaken();
+    ev.push(fault(0, 50));
+    assert!(check_fifo(&ev).violations.is_empty());
+    // One that healed long before, or started after client 2's grant: judged.
+    for (start, heal) in [(0, 1), (4460, 4500)] {
+        let mut ev = overtaken();
+        ev.iter_mut().for_each(|e| shift(e, 3000));
+        ev.push(fault(start, heal));
+        let r = check_fifo(&ev);
+        assert!(has(&r.violations, "FIFO on k"), "fault {start}–{heal}: {:?}", r.violations);
+    }
+    // A fault on the client links only changes no leader: judged.
+    let mut ev = overtaken();
+    ev.push(Event::Fault {
+        name: "client-flaky".into(),
+        nodes: 3,
+        start: 1200 * MS,
+        heal: 1300 * MS,
+        detail: String::new(),
+    });
+    assert!(has(&check_fifo(&ev).violations, "FIFO on k"));
+    // Another client's acquire ending Indeterminate (a session died) meanwhile: not judged.
+    let mut ev = overtaken();
+    ev.push(indeterminate(5, "other", 900, 950));
+    let r = check_fifo(&ev);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+}
+
+/// Moves a grant or release `by` ms later.
+fn shift(e: &mut Event, by: u64) {
+    match e {
+        Event::Grant { call, ans, dl, sent, .. } => {
+            for t in [call, ans, dl] {
+                *t += by * MS;
+            }
+            if let Some(s) = sent {
+                *s += by * MS;
+            }
+        }
+        Event::Release { start, end, .. } => {
+            *start += by * MS;
+            *end += by * MS;
+        }
+        _ => {}
+    }
+}
+
+// --- Indeterminate grants (rule 11) -------------------------------------------------------
+
+/// An acquire of `key` called at `call` that ended Indeterminate at `ans`,
+/// found held with `token` before `at` (the lane released it).
+fn held(client: u32, key: &str, token: u64, (call, ans, at): (u64, u64, u64), n: Option<u16>) -> Vec<Event> {
+    vec![
+        indeterminate(client, key, call, ans),
+        Event::IndeterminateHeld {
+            client,
+            key: key.into(),
+            token,
+            call: call * MS,
+            ans: ans * MS,
+            at: at * MS,
+            released: true,
+            keys: vec![],
+            n,
+        },
+    ]
+}
+
+/// Client 1 holds k (token 10) until 200; client 2's acquire, called at 150,
+/// ends Indeterminate at 400 and is found held with token 20 before 500;
+/// client 3 is granted k (token 30) after.
+fn indeterminate_history() -> Vec<Event> {
+    let mut ev = vec![grant(1, "k", 10, 100, 110, 3110), release(1, "k", 10, 200)];
+    ev.extend(held(2, "k", 20, (150, 400, 500), None));
+    ev.push(grant(3, "k", 30, 600, 610, 3610));
+    ev
+}
+
+#[test]
+fn an_indeterminate_grant_found_held_counts_and_a_clean_one_passes() {
+    let mut ev = indeterminate_history();
+    ev.push(Event::IndeterminateNotHeld {
+        client: 4,
+        key: "k".into(),
+        call: 700 * MS,
+        ans: 800 * MS,
+        at: 900 * MS,
+        result: "not_held".into(),
+        keys: vec![],
+        n: None,
+    });
+    let r = check(&ev, &fin(&[], &[]), BOUND, 0, 1000 * MS);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!((r.indeterminate_held, r.indeterminate_not_held, r.indeterminate_unresolved), (1, 1, 0));
+    assert_eq!(
+        last_line(0, 2, 0, 0, r.indeterminate_held),
+        "violations=0 grants=2 faults=0 fence_refusals=0 indeterminate_held=1"
+    );
+    // A basket found held on both of its keys is one grant with one token.
+    let mut ev = indeterminate_history();
+    ev.extend(held(2, "j", 20, (150, 400, 500), None).into_iter().skip(1));
+    let r = check(&ev, &fin(&[], &[]), BOUND, 0, 1000 * MS);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert_eq!(r.indeterminate_held, 1);
+}
+
+#[test]
+fn an_indeterminate_grant_beside_another_holder_is_found() {
+    // Client 1 still holds k (token 10) until 1000, past the moment client 2's
+    // grant (token 20, so committed after it) was found held.
+    let mut ev = indeterminate_history();
+    ev[1] = release(1, "k", 10, 1000);
+    ev[4] = grant(3, "k", 30, 1100, 1110, 4110);
+    let v = violations(&ev);
+    assert!(has(&v, "two holders of k at once: token 10 (client 1) held until 1000 ms, and token 20 (client 2, Indeterminate: called at 150 ms, found held before 500 ms), granted after it"), "{v:?}");
+    // Two counted holders may hold together; a counted one beside an exclusive one may not.
+    let mut ev = vec![counted(1, "s", (2, 0), 10, 100, 110, 3110), release(1, "s", 10, 1000)];
+    ev.extend(held(2, "s", 20, (150, 400, 500), Some(2)));
+    assert!(violations(&ev).is_empty(), "{:?}", violations(&ev));
+    let mut ev = vec![grant(1, "s", 10, 100, 110, 3110), release(1, "s", 10, 1000)];
+    ev.extend(held(2, "s", 20, (150, 400, 500), Some(2)));
+    assert!(has(&violations(&ev), "two holders of s at once"), "{:?}", violations(&ev));
+    // A holder that left before the grant was found held may have left before its commit: nothing.
+    let mut ev = indeterminate_history();
+    ev[1] = release(1, "k", 10, 450);
+    assert!(violations(&ev).is_empty(), "{:?}", violations(&ev));
+}
+
+#[test]
+fn an_indeterminate_grant_out_of_token_order_is_found() {
+    // A grant answered before the acquire was called has a larger token.
+    let mut ev = indeterminate_history();
+    ev[0] = grant(1, "k", 25, 100, 110, 3110);
+    ev[1] = release(1, "k", 25, 120);
+    let v = violations(&ev);
+    assert!(has(&v, "token decrease: token 20 (client 2, Indeterminate: called at 150 ms, found held before 500 ms) on k is not above token 25 on k (answered at 110 ms)"), "{v:?}");
+    // A grant called after it was found held has a smaller token (any key).
+    let mut ev = indeterminate_history();
+    ev[4] = grant(3, "other", 15, 600, 610, 3610);
+    let v = violations(&ev);
+    assert!(has(&v, "token decrease: token 15 on other (called at 600 ms) is not above token 20"), "{v:?}");
+    // Its token on another grant.
+    let mut ev = indeterminate_history();
+    ev[4] = grant(3, "other", 20, 100, 120, 3120);
+    let v = violations(&ev);
+    assert!(
+        has(&v, "one token on two grants: token 20 (client 3) on other and token 20 (client 2, Indeterminate"),
+        "{v:?}"
+    );
 }
