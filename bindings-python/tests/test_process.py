@@ -20,7 +20,10 @@ from conftest import Server
 
 CHILD = textwrap.dedent(
     """
-    import sys, time, ticketing
+    import signal, sys, time, ticketing
+    # Ctrl-C raises KeyboardInterrupt even when this process was started
+    # with SIGINT ignored (a job started with `&` by a shell without job control).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     addr, key = sys.argv[1], sys.argv[2]
     b = ticketing.TicketBroker.connect(addr)
     assert b.wait_ready(5)

@@ -92,6 +92,9 @@ class TestThreads < Minitest::Test
     key = TestHelper.unique_key
     holder = broker.acquire(key, 5, 60, 0)
     code = <<~RUBY
+      # Ctrl-C raises Interrupt even when this process was started with
+      # SIGINT ignored (a job started with `&` by a shell without job control).
+      trap("INT", "DEFAULT")
       require "ticketing"
       b = Ticketing::TicketBroker.connect(#{server.addr.inspect})
       begin
