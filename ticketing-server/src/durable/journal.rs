@@ -201,7 +201,6 @@ impl Journal {
         super::fail_stop(&self.path, error)
     }
 
-
     /// Sets the watermark to the log's last entry, all of it on disk: after a
     /// truncation and its fsync (the entries that replace the cut ones may
     /// have lower ids than those).
