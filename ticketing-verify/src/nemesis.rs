@@ -16,6 +16,11 @@ use crate::proxy::Rule;
 use crate::rng::Rng;
 use crate::workload::pause_trigger;
 
+/// Every link delayed 0–40 ms per chunk, reset with chance 0.4 % per chunk.
+const FLAKY: Rule = Rule::Flaky { min_ms: 0, max_ms: 40, reset_permille: 4 };
+/// Every link delayed 20–120 ms per chunk.
+const SLOW: Rule = Rule::Delay { min_ms: 20, max_ms: 120 };
+
 /// Election timeout maximum of the server's defaults (docs/deployment.md).
 pub const ELECTION_MAX: Duration = Duration::from_millis(1200);
 
@@ -278,22 +283,8 @@ impl World {
                     detail: format!("bytes from leader {l} to its followers dropped for {total} ms"),
                 })
             }
-            Nemesis::Flaky => {
-                let rule = Rule::Flaky { min_ms: 0, max_ms: 40, reset_permille: 4 };
-                self.cluster.net.set_all(rule);
-                let total = 5000 + self.rng.range(0, 2000);
-                hold(total).await;
-                self.cluster.net.heal();
-                Ok(Done { heal: mono_ns(), detail: format!("{rule:?} on every link for {total} ms") })
-            }
-            Nemesis::Slow => {
-                let rule = Rule::Delay { min_ms: 20, max_ms: 120 };
-                self.cluster.net.set_all(rule);
-                let total = 5000 + self.rng.range(0, 2000);
-                hold(total).await;
-                self.cluster.net.heal();
-                Ok(Done { heal: mono_ns(), detail: format!("{rule:?} on every link for {total} ms") })
-            }
+            Nemesis::Flaky => Ok(self.every_link(false, FLAKY).await),
+            Nemesis::Slow => Ok(self.every_link(false, SLOW).await),
             Nemesis::ResetLinks => {
                 for _ in 0..4 {
                     self.cluster.net.reset_all();
@@ -322,14 +313,7 @@ impl World {
             }
             Nemesis::PauseClient => self.pause_client().await,
             Nemesis::RestartAll | Nemesis::RestartStandalone => self.restart_all().await,
-            Nemesis::ClientFlaky => {
-                let rule = Rule::Flaky { min_ms: 0, max_ms: 40, reset_permille: 4 };
-                self.cluster.clients.set_all(rule);
-                let total = 5000 + self.rng.range(0, 2000);
-                hold(total).await;
-                self.cluster.clients.heal();
-                Ok(Done { heal: mono_ns(), detail: format!("{rule:?} on every client link for {total} ms") })
-            }
+            Nemesis::ClientFlaky => Ok(self.every_link(true, FLAKY).await),
             Nemesis::ClientDrop => {
                 let l = self.leader().await?;
                 let clients = self.cluster.nodes.len();
@@ -354,7 +338,7 @@ impl World {
                 // The failover runs on slow links; the restart after the
                 // heal (a memory-mode node's learner replacement on links
                 // this slow took 13 s to over 40 s: not what this fault is for).
-                let rule = Rule::Delay { min_ms: 20, max_ms: 120 };
+                let rule = SLOW;
                 self.cluster.net.set_all(rule);
                 let l = match self.leader().await {
                     Ok(l) => l,
@@ -377,7 +361,7 @@ impl World {
                 })
             }
             Nemesis::ClientFlakyKillFollower | Nemesis::ClientFlakyPowerLossLeader => {
-                let rule = Rule::Flaky { min_ms: 0, max_ms: 40, reset_permille: 4 };
+                let rule = FLAKY;
                 self.cluster.clients.set_all(rule);
                 let inner = if nem == Nemesis::ClientFlakyKillFollower {
                     Nemesis::KillFollower
@@ -433,6 +417,17 @@ impl World {
                 t.elapsed().as_millis()
             ),
         })
+    }
+
+    /// `rule` on every peer link (`clients`: every client link) for 5–7 s, then healed.
+    async fn every_link(&mut self, clients: bool, rule: Rule) -> Done {
+        let net = if clients { &self.cluster.clients } else { &self.cluster.net };
+        net.set_all(rule);
+        let total = 5000 + self.rng.range(0, 2000);
+        sleep(Duration::from_millis(total)).await;
+        net.heal();
+        let links = if clients { "client link" } else { "link" };
+        Done { heal: mono_ns(), detail: format!("{rule:?} on every {links} for {total} ms") }
     }
 
     /// The power of `victims` cut while the workload writes: their disks
