@@ -100,6 +100,10 @@ The mount prints `faultfs: mounted MOUNTPOINT` on stdout once it is ready.
 SIGTERM or SIGINT unmounts it and removes the socket; so does an unmount
 (fusermount3 -u MOUNTPOINT); --exit-with-parent does the same when the
 process that started it exits.
+
+Code: this file has the FUSE operations (FaultFS), the power loss and
+main(); overlay.py the dirty-data extents (Overlay); control.py the control
+socket and its commands. faultfs.py is the one to run.
 """
 
 import argparse
@@ -109,13 +113,11 @@ import logging
 import os
 import random
 import signal
-import socket
 import stat as stat_m
 import sys
 import time
 import traceback
 import urllib.parse
-from bisect import bisect_left, bisect_right
 
 try:
     import pyfuse3
@@ -129,112 +131,15 @@ except ImportError as exc:  # pragma: no cover - depends on the machine
     )
     sys.exit(2)
 
+import control
+from overlay import Overlay, pwrite_all
+
 log = logging.getLogger("faultfs")
 
 # Seconds the kernel may cache names and attributes. Everything that changes
 # them behind the kernel's back (a power loss, a failed fsync) invalidates
 # the affected inodes explicitly.
 TIMEOUT = 1.0
-
-FAULT_OPS = ("write", "fsync", "create", "mkdir", "rename", "truncate", "unlink", "rmdir")
-
-
-class Overlay:
-    """The dirty data of one inode: sorted, non-overlapping, non-adjacent
-    extents. `starts[i]` is the offset of `bufs[i]`."""
-
-    __slots__ = ("starts", "bufs", "nbytes")
-
-    def __init__(self):
-        self.starts = []
-        self.bufs = []
-        self.nbytes = 0
-
-    def __bool__(self):
-        return bool(self.starts)
-
-    def end(self):
-        """One past the last dirty byte (0 when clean)."""
-        if not self.starts:
-            return 0
-        return self.starts[-1] + len(self.bufs[-1])
-
-    def extents(self):
-        return list(zip(self.starts, self.bufs))
-
-    def write(self, off, data):
-        n = len(data)
-        if n == 0:
-            return
-        end = off + n
-        starts, bufs = self.starts, self.bufs
-        # Fast path: an append to (or an overwrite inside) the last extent.
-        if starts:
-            ls = starts[-1]
-            lb = bufs[-1]
-            if ls <= off <= ls + len(lb):
-                old = len(lb)
-                lb[off - ls : off - ls + n] = data
-                self.nbytes += len(lb) - old
-                return
-        # The first extent that overlaps or touches [off, end) ...
-        i = bisect_right(starts, off) - 1
-        first = i if i >= 0 and starts[i] + len(bufs[i]) >= off else i + 1
-        # ... and the last one.
-        last = bisect_right(starts, end) - 1
-        if last < first:
-            starts.insert(first, off)
-            bufs.insert(first, bytearray(data))
-            self.nbytes += n
-            return
-        if first == last and starts[first] <= off:
-            buf = bufs[first]
-            old = len(buf)
-            rel = off - starts[first]
-            buf[rel : rel + n] = data
-            self.nbytes += len(buf) - old
-            return
-        new_start = min(starts[first], off)
-        new_end = max(starts[last] + len(bufs[last]), end)
-        merged = bytearray(new_end - new_start)
-        old = 0
-        for k in range(first, last + 1):
-            s = starts[k] - new_start
-            merged[s : s + len(bufs[k])] = bufs[k]
-            old += len(bufs[k])
-        merged[off - new_start : off - new_start + n] = data
-        starts[first : last + 1] = [new_start]
-        bufs[first : last + 1] = [merged]
-        self.nbytes += len(merged) - old
-
-    def truncate(self, size):
-        """Drops every dirty byte at or past `size`."""
-        starts, bufs = self.starts, self.bufs
-        i = bisect_left(starts, size)
-        for b in bufs[i:]:
-            self.nbytes -= len(b)
-        del starts[i:]
-        del bufs[i:]
-        if starts:
-            over = starts[-1] + len(bufs[-1]) - size
-            if over > 0:
-                del bufs[-1][len(bufs[-1]) - over :]
-                self.nbytes -= over
-
-    def apply(self, buf, off):
-        """Copies the dirty bytes within [off, off + len(buf)) into `buf`."""
-        starts, bufs = self.starts, self.bufs
-        end = off + len(buf)
-        i = max(bisect_right(starts, off) - 1, 0)
-        while i < len(starts) and starts[i] < end:
-            s = starts[i]
-            b = bufs[i]
-            e = s + len(b)
-            if e > off:
-                lo = max(s, off)
-                hi = min(e, end)
-                buf[lo - off : hi - off] = memoryview(b)[lo - s : hi - s]
-            i += 1
 
 
 class Node:
@@ -279,14 +184,6 @@ def handler(fn):
             raise FUSEError(errno.EIO) from None
 
     return wrapper
-
-
-def pwrite_all(fd, data, off):
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, off)
-        view = view[n:]
-        off += n
 
 
 def backing_flags(flags):
@@ -423,6 +320,22 @@ class FaultFS(pyfuse3.Operations):
         e.st_ctime_ns = max(st.st_ctime_ns, mtime)
         return e
 
+    def _lookup_path(self, path):
+        """The entry of `path`, counted as one lookup by the kernel."""
+        st = os.lstat(path)
+        node = self._node_for(st, path)
+        node.lookup += 1
+        return self._entry(node, st)
+
+    def _made(self, path, ctx):
+        """The entry of what mkdir, symlink or mknod just made at `path`,
+        given to the caller's uid/gid where possible."""
+        try:
+            os.chown(path, ctx.uid, ctx.gid, follow_symlinks=False)
+        except OSError:
+            pass
+        return self._lookup_path(path)
+
     def _fault(self, op):
         err = self.faults.get(op)
         if err is not None:
@@ -508,10 +421,7 @@ class FaultFS(pyfuse3.Operations):
                 path = os.path.dirname(path)
         else:
             path = self._child(parent_inode, name)
-        st = os.lstat(path)
-        node = self._node_for(st, path)
-        node.lookup += 1
-        return self._entry(node, st)
+        return self._lookup_path(path)
 
     async def forget(self, inode_list):
         for ino, nlookup in inode_list:
@@ -610,14 +520,7 @@ class FaultFS(pyfuse3.Operations):
         path = self._child(parent_inode, name)
         self._fault("mkdir")
         os.mkdir(path, mode & ~ctx.umask)
-        try:
-            os.chown(path, ctx.uid, ctx.gid, follow_symlinks=False)
-        except OSError:
-            pass
-        st = os.lstat(path)
-        node = self._node_for(st, path)
-        node.lookup += 1
-        return self._entry(node, st)
+        return self._made(path, ctx)
 
     @handler
     async def rmdir(self, parent_inode, name, ctx):
@@ -679,28 +582,14 @@ class FaultFS(pyfuse3.Operations):
         path = self._child(parent_inode, name)
         self._fault("create")
         os.symlink(os.fsdecode(target), path)
-        try:
-            os.chown(path, ctx.uid, ctx.gid, follow_symlinks=False)
-        except OSError:
-            pass
-        st = os.lstat(path)
-        node = self._node_for(st, path)
-        node.lookup += 1
-        return self._entry(node, st)
+        return self._made(path, ctx)
 
     @handler
     async def mknod(self, parent_inode, name, mode, rdev, ctx):
         path = self._child(parent_inode, name)
         self._fault("create")
         os.mknod(path, mode & ~ctx.umask, rdev)
-        try:
-            os.chown(path, ctx.uid, ctx.gid, follow_symlinks=False)
-        except OSError:
-            pass
-        st = os.lstat(path)
-        node = self._node_for(st, path)
-        node.lookup += 1
-        return self._entry(node, st)
+        return self._made(path, ctx)
 
     @handler
     async def statfs(self, ctx):
@@ -805,7 +694,7 @@ class FaultFS(pyfuse3.Operations):
             h.node.ov = Overlay()  # unlinked and closed: its data is gone
         self._maybe_drop(h.node)
 
-    # ----- control ----------------------------------------------------------
+    # ----- power loss (the `powerloss` and `crash` commands) ----------------
 
     def _label(self, node):
         if node.paths:
@@ -872,115 +761,6 @@ class FaultFS(pyfuse3.Operations):
             answer += "; " + "; ".join(notes)
         return answer
 
-    def status(self):
-        dirty = [n for n in self.nodes.values() if n.ov]
-        failing = ",".join("%s:%s" % (op, errno.errorcode.get(e, e)) for op, e in sorted(self.faults.items()))
-        return "ok dirty_bytes=%d fsyncs=%d writes=%d faults=%d dirty_files=%d failing=%s seed=%d" % (
-            sum(n.ov.nbytes for n in dirty),
-            self.fsyncs,
-            self.writes,
-            self.fault_count,
-            len(dirty),
-            failing or "none",
-            self.seed,
-        )
-
-    async def command(self, line):
-        words = line.split()
-        try:
-            if not words:
-                return "error empty command"
-            if words[0] == "powerloss" and len(words) <= 2:
-                mode = words[1] if len(words) == 2 else "plain"
-                if mode not in ("plain", "torn", "zero"):
-                    return "error powerloss takes no argument, torn or zero"
-                return await self.power_loss(mode)
-            if words[0] == "crash" and len(words) <= 2:
-                mode = words[1] if len(words) == 2 else "plain"
-                if mode not in ("plain", "torn", "zero"):
-                    return "error crash takes no argument, torn or zero"
-                for o in FAULT_OPS:
-                    self.faults[o] = errno.EIO
-                self.frozen = True
-                return await self.power_loss(mode)
-            if words[0] == "thaw" and len(words) == 1:
-                self.frozen = False
-                self.faults.clear()
-                return "ok failing=none"
-            if words[0] == "delay" and words[1:] == ["off"]:
-                self.fsync_delay = 0.0
-                return "ok delay=0"
-            if words[0] == "delay" and len(words) == 3 and words[1] == "fsync" and words[2].isdigit():
-                self.fsync_delay = int(words[2]) / 1000.0
-                return "ok delay=%s" % words[2]
-            if words[0] == "fail" and words[1:] == ["off"]:
-                self.faults.clear()
-                return "ok failing=none"
-            if words[0] == "fail" and len(words) == 3:
-                op, name = words[1], words[2]
-                if op != "all" and op not in FAULT_OPS:
-                    return "error unknown operation %s (one of %s, all)" % (op, ", ".join(FAULT_OPS))
-                if name.isdigit():
-                    err = int(name)
-                else:
-                    err = getattr(errno, name.upper(), None)
-                    if not isinstance(err, int) or not name.upper().startswith("E"):
-                        return "error unknown errno %s" % name
-                for o in FAULT_OPS if op == "all" else (op,):
-                    self.faults[o] = err
-                return "ok failing=" + ",".join(
-                    "%s:%s" % (o, errno.errorcode.get(e, e)) for o, e in sorted(self.faults.items())
-                )
-            if words == ["status"]:
-                return self.status()
-            return (
-                "error unknown command %r (powerloss [torn|zero], crash [torn|zero], thaw, fail OP ERRNO, fail off, "
-                "delay fsync MS, delay off, status)" % line.strip()
-            )
-        except Exception as exc:  # never kill the server over a command
-            log.error("faultfs: command %r failed:\n%s", line, traceback.format_exc())
-            return "error %s" % str(exc).replace("\n", " ")
-
-
-async def serve_control(fs, path, task_status=trio.TASK_STATUS_IGNORED):
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    await sock.bind(path)
-    sock.listen(16)
-    task_status.started()
-
-    async def serve(conn):
-        stream = trio.SocketStream(conn)
-        pending = b""
-        try:
-            async with stream:
-                while True:
-                    data = await stream.receive_some(4096)
-                    if data:
-                        pending += data
-                    lines = pending.split(b"\n")
-                    pending = lines.pop()
-                    if not data and pending.strip():
-                        lines.append(pending)
-                        pending = b""
-                    for line in lines:
-                        if line.strip():
-                            answer = await fs.command(line.decode("utf-8", "replace"))
-                            await stream.send_all(answer.encode() + b"\n")
-                    if not data:
-                        return
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
-            pass
-
-    async with trio.open_nursery() as nursery:
-        with sock:
-            while True:
-                conn, _ = await sock.accept()
-                nursery.start_soon(serve, conn)
-
 
 async def watch_signals():
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -999,7 +779,7 @@ async def watch_parent(ppid):
 
 async def run(fs, args):
     async with trio.open_nursery() as nursery:
-        await nursery.start(serve_control, fs, args.control_socket)
+        await nursery.start(control.serve_control, fs, args.control_socket)
         nursery.start_soon(watch_signals)
         if args.exit_with_parent:
             nursery.start_soon(watch_parent, os.getppid())
