@@ -236,6 +236,7 @@ pub fn parse_server_line(line: &[u8]) -> Result<ServerFrame, FrameError> {
         }),
         (b"T", 3) => Ok(ServerFrame::Timeout { id: parse_id(f[1])?, key: key(f[2])? }),
         (b"B", 3) => Ok(ServerFrame::Busy { id: parse_id(f[1])?, key: key(f[2])? }),
+        (b"F", 3) => Ok(ServerFrame::Forbidden { id: parse_id(f[1])?, key: key(f[2])? }),
         (b"R", 3) => Ok(ServerFrame::Released { id: parse_id(f[1])?, key: key(f[2])? }),
         (b"N", 3) => Ok(ServerFrame::NotHolder { id: parse_id(f[1])?, key: key(f[2])? }),
         (b"H", 6) => Ok(ServerFrame::Held {

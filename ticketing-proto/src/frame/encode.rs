@@ -135,6 +135,7 @@ impl ServerFrame {
             }
             ServerFrame::Timeout { id, key } => put_id_key(buf, b'T', *id, key),
             ServerFrame::Busy { id, key } => put_id_key(buf, b'B', *id, key),
+            ServerFrame::Forbidden { id, key } => put_id_key(buf, b'F', *id, key),
             ServerFrame::Released { id, key } => put_id_key(buf, b'R', *id, key),
             ServerFrame::NotHolder { id, key } => put_id_key(buf, b'N', *id, key),
             ServerFrame::Held { id, key, owner, token, remaining_ms } => {

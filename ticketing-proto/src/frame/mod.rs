@@ -202,6 +202,15 @@ pub enum ServerFrame {
         /// Echoed key.
         key: Key,
     },
+    /// `F <id> <key>`: forbidden: the connection's principal may not use
+    /// `key` (for a `K`, the first key it may not use). Final, like `T` and
+    /// `B`; the connection stays (docs/protocol.md, "The answer F").
+    Forbidden {
+        /// Echoed request id.
+        id: RequestId,
+        /// The key the principal may not use.
+        key: Key,
+    },
     /// `R <id> <key>`: released.
     Released {
         /// Echoed request id.

@@ -130,6 +130,7 @@ fn server_frames_bytes() {
         ),
         (ServerFrame::Timeout { id: RequestId(2), key: k("k") }, b"T 2 k\n"),
         (ServerFrame::Busy { id: RequestId(3), key: k("k") }, b"B 3 k\n"),
+        (ServerFrame::Forbidden { id: RequestId(3), key: k("k") }, b"F 3 k\n"),
         (ServerFrame::Released { id: RequestId(4), key: k("k") }, b"R 4 k\n"),
         (ServerFrame::NotHolder { id: RequestId(5), key: k("k") }, b"N 5 k\n"),
         (ServerFrame::Pong { id: RequestId(6) }, b"P 6\n"),

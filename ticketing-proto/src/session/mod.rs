@@ -417,6 +417,8 @@ impl Session {
             }
             ServerFrame::Timeout { id, key } => self.keyed_answer(id, &key, Class::Acquire, Answer::Timeout),
             ServerFrame::Busy { id, key } => self.keyed_answer(id, &key, Class::Acquire, Answer::Busy),
+            // Matched and surfaced by the client core in a later step.
+            ServerFrame::Forbidden { .. } => self.close(CloseReason::Protocol("forbidden answer not handled yet")),
             ServerFrame::Released { id, key } => self.keyed_answer(id, &key, Class::Release, Answer::Released),
             ServerFrame::NotHolder { id, key } => self.keyed_answer(id, &key, Class::ReleaseOrQuery, Answer::NotHolder),
             ServerFrame::Held { id, key, owner, token, remaining_ms } => {
