@@ -44,7 +44,7 @@ trap 'rm -rf "$WORK"' EXIT
 
 cd "$HERE"
 echo "== npm ci"
-npm ci --no-audit --no-fund --loglevel=error
+npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 VERSION=$(node -p 'require("./package.json").version')
 if [ -n "$DIST" ]; then
     TGZS=("$DIST/ticketing-linux-x64-gnu-$VERSION.tgz" "$DIST/ticketing-$VERSION.tgz")

@@ -109,7 +109,7 @@ if command -v node >/dev/null && command -v npm >/dev/null && [ -d "$ROOT/bindin
     else
         if [ ! -f "$ROOT/bindings-node/ticketing.node" ]; then
             echo "== npm ci && npm run build:debug (bindings-node)"
-            (cd "$ROOT/bindings-node" && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build:debug) \
+            (cd "$ROOT/bindings-node" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error && npm run --silent build:debug) \
                 >"$LOGS/node-build.log" 2>&1 || fail "bindings-node build" "$LOGS/node-build.log"
         fi
         if [ -f "$ROOT/bindings-node/ticketing.node" ]; then
