@@ -11,6 +11,7 @@ export type Seconds = number
 /** The stable `code` of every TicketingError. */
 export type TicketingErrorCode =
   | 'BUSY'
+  | 'FORBIDDEN'
   | 'INDETERMINATE'
   | 'INSUFFICIENT_TIME'
   | 'UNAVAILABLE'
@@ -204,6 +205,17 @@ export declare class TicketingError extends Error {
 export declare class BusyError extends TicketingError {
   /** Always `'BUSY'`. */
   readonly code: 'BUSY'
+}
+/**
+ * This client's principal may not use `key` (for `acquireAll`, the first
+ * key it may not use); nothing was granted. Final, never retried: the
+ * server's configuration decides which key prefixes a principal may use.
+ */
+export declare class ForbiddenError extends TicketingError {
+  /** Always `'FORBIDDEN'`. */
+  readonly code: 'FORBIDDEN'
+  /** The key the principal may not use. */
+  readonly key: string
 }
 /** Possibly sent, no definite answer: do NOT enter the critical section. */
 export declare class IndeterminateError extends TicketingError {

@@ -43,6 +43,7 @@ Object.defineProperty(TicketingError, 'code', { value: 'TICKETING' })
 // Each code once: a subclass for instanceof, its `code` a static that every
 // instance copies into an own property.
 const BusyError = defineError('BusyError', 'BUSY')
+const ForbiddenError = defineError('ForbiddenError', 'FORBIDDEN')
 const IndeterminateError = defineError('IndeterminateError', 'INDETERMINATE')
 const InsufficientTimeError = defineError('InsufficientTimeError', 'INSUFFICIENT_TIME')
 const UnavailableError = defineError('UnavailableError', 'UNAVAILABLE')
@@ -53,6 +54,7 @@ const LockTimeoutError = defineError('LockTimeoutError', 'LOCK_TIMEOUT')
 
 const byCode = {
   BUSY: BusyError,
+  FORBIDDEN: ForbiddenError,
   INDETERMINATE: IndeterminateError,
   INSUFFICIENT_TIME: InsufficientTimeError,
   UNAVAILABLE: UnavailableError,
@@ -72,7 +74,10 @@ function typed(err) {
   if (err.code === 'INVALID_ARGUMENT') return new RangeError(err.message, { cause: err })
   if (err.code === 'ABORTED') return new Error('the operation was aborted', { cause: err })
   const Cls = byCode[err.code] || TicketingError
-  return new Cls(err.message, { cause: err })
+  const typedErr = new Cls(err.message, { cause: err })
+  // The key a principal may not use (set by the native module).
+  if (Cls === ForbiddenError) Object.defineProperty(typedErr, 'key', { value: err.key, enumerable: true })
+  return typedErr
 }
 
 function callSync(f) {
@@ -451,6 +456,7 @@ module.exports = {
   Ticket,
   TicketingError,
   BusyError,
+  ForbiddenError,
   IndeterminateError,
   InsufficientTimeError,
   UnavailableError,

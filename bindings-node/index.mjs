@@ -8,6 +8,7 @@ export const {
   Ticket,
   TicketingError,
   BusyError,
+  ForbiddenError,
   IndeterminateError,
   InsufficientTimeError,
   UnavailableError,

@@ -50,6 +50,7 @@ fn code(err: &Error) -> &'static str {
     match err {
         Error::InvalidArgument(_) => "INVALID_ARGUMENT",
         Error::Busy => "BUSY",
+        Error::Forbidden { .. } => "FORBIDDEN",
         Error::Indeterminate => "INDETERMINATE",
         Error::InsufficientTime => "INSUFFICIENT_TIME",
         Error::Unavailable => "UNAVAILABLE",
@@ -86,7 +87,22 @@ impl Failure {
     /// The error as a JS value built on the JS thread (`env`), for a
     /// promise to reject with: napi passes such an error on as it is.
     pub(crate) fn into_rejection(self, env: Env) -> napi::Error {
-        napi::Error::from(JsError::from(self.into_js()).into_unknown(env))
+        let key = match &self {
+            Failure::Client(Error::Forbidden { key }) => Some(key.clone()),
+            _ => None,
+        };
+        let error = JsError::from(self.into_js()).into_unknown(env);
+        if let Some(key) = key {
+            // A `ForbiddenError` carries the key its principal may not use.
+            if let Ok(napi::ValueType::Object) = error.get_type() {
+                // SAFETY: the value was just checked to be an object.
+                if let Ok(mut object) = unsafe { error.cast::<napi::bindgen_prelude::Object>() } {
+                    use napi::bindgen_prelude::JsObjectValue;
+                    let _ = object.set_named_property("key", key);
+                }
+            }
+        }
+        napi::Error::from(error)
     }
 }
 

@@ -9,6 +9,7 @@ use ticketing_client::Error;
 
 pyo3::import_exception!(ticketing._errors, TicketingError);
 pyo3::import_exception!(ticketing._errors, BusyError);
+pyo3::import_exception!(ticketing._errors, ForbiddenError);
 pyo3::import_exception!(ticketing._errors, IndeterminateError);
 pyo3::import_exception!(ticketing._errors, InsufficientTimeError);
 pyo3::import_exception!(ticketing._errors, UnavailableError);
@@ -24,6 +25,7 @@ pub(crate) fn to_pyerr(err: Error) -> PyErr {
     match err {
         Error::InvalidArgument(cause) => PyValueError::new_err(cause.to_string()),
         Error::Busy => BusyError::new_err(msg),
+        Error::Forbidden { key } => ForbiddenError::new_err((msg, key)),
         Error::Indeterminate => IndeterminateError::new_err(msg),
         Error::InsufficientTime => InsufficientTimeError::new_err(msg),
         Error::Unavailable => UnavailableError::new_err(msg),

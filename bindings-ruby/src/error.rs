@@ -32,6 +32,7 @@ pub(crate) fn to_rb(ruby: &Ruby, err: ClientError) -> Error {
     match err {
         ClientError::InvalidArgument(cause) => Error::new(ruby.exception_arg_error(), cause.to_string()),
         ClientError::Busy => raise(ruby, "BusyError", msg),
+        ClientError::Forbidden { key } => forbidden(ruby, msg, key),
         ClientError::Indeterminate => raise(ruby, "IndeterminateError", msg),
         ClientError::InsufficientTime => raise(ruby, "InsufficientTimeError", msg),
         ClientError::Unavailable => raise(ruby, "UnavailableError", msg),
@@ -41,6 +42,15 @@ pub(crate) fn to_rb(ruby: &Ruby, err: ClientError) -> Error {
         // `Error` is non-exhaustive: a variant added later still gets the
         // base class, with the client's code in its message.
         other => raise(ruby, "Error", format!("{} ({})", msg, other.code())),
+    }
+}
+
+/// `Ticketing::ForbiddenError` with the message and its `key`.
+fn forbidden(ruby: &Ruby, msg: String, key: String) -> Error {
+    let made = class(ruby, "ForbiddenError").and_then(|cls| cls.new_instance((msg.clone(), key)));
+    match made {
+        Ok(exception) => Error::from(exception),
+        Err(_) => raise(ruby, "ForbiddenError", msg),
     }
 }
 
@@ -135,6 +145,7 @@ mod tests {
 
             let cases = [
                 (ClientError::Busy, "Ticketing::BusyError"),
+                (ClientError::Forbidden { key: "payments/1".into() }, "Ticketing::ForbiddenError"),
                 (ClientError::Indeterminate, "Ticketing::IndeterminateError"),
                 (ClientError::InsufficientTime, "Ticketing::InsufficientTimeError"),
                 (ClientError::Unavailable, "Ticketing::UnavailableError"),

@@ -12,6 +12,14 @@ pub enum Error {
     /// `B`: refused for capacity. Final: no internal retry; a new acquire
     /// (with a new owner) after the caller's own backoff is fine.
     Busy,
+    /// `F`: this client's principal may not use `key` (for a multi-key
+    /// acquire, the first such key); nothing was granted. Final and never
+    /// retried: only the server's configuration can change it
+    /// (docs/security.md, "Several teams: principals").
+    Forbidden {
+        /// The key the principal may not use.
+        key: String,
+    },
     /// The request may have been sent and no definite answer came: the lock
     /// may have been granted. Do NOT enter the critical section; a grant, if
     /// any, returns at lease end.
@@ -37,12 +45,13 @@ pub enum Error {
 }
 
 impl Error {
-    /// A stable machine-readable code: `busy`, `indeterminate`,
+    /// A stable machine-readable code: `busy`, `forbidden`, `indeterminate`,
     /// `insufficient_time`, `unavailable`, `release_unconfirmed`, `closed`,
     /// `auth_failed`, `invalid_argument`.
     pub fn code(&self) -> &'static str {
         match self {
             Error::Busy => "busy",
+            Error::Forbidden { .. } => "forbidden",
             Error::Indeterminate => "indeterminate",
             Error::InsufficientTime => "insufficient_time",
             Error::Unavailable => "unavailable",
@@ -58,6 +67,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Busy => f.write_str("busy: the server refused the acquire for capacity"),
+            Error::Forbidden { key } => write!(f, "forbidden: this client's principal may not use the key {key}"),
             Error::Indeterminate => f.write_str(
                 "indeterminate: the acquire may have been granted; do not enter the critical section \
                  (a grant returns at lease end)",
@@ -217,6 +227,7 @@ impl From<Failure> for Error {
     fn from(f: Failure) -> Self {
         match f {
             Failure::Busy => Error::Busy,
+            Failure::Forbidden(key) => Error::Forbidden { key: key.to_string() },
             Failure::Indeterminate => Error::Indeterminate,
             Failure::InsufficientTime => Error::InsufficientTime,
             Failure::Unavailable => Error::Unavailable,

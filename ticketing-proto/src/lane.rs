@@ -55,6 +55,9 @@ pub enum Outcome {
     NotHolder,
     /// No final answer within the deadline.
     Unconfirmed,
+    /// `F`: the principal may not use the key (a reload narrowed its keys
+    /// after the grant): the lock stays held until its lease ends.
+    Forbidden,
 }
 
 /// The lane is full; nothing was enqueued.
@@ -213,6 +216,11 @@ impl<C: Copy + PartialEq> Lane<C> {
     pub fn answer(&mut self, id: OpId, released: bool) {
         let outcome = if released { Outcome::Released } else { Outcome::NotHolder };
         self.finish(id, outcome);
+    }
+
+    /// Entry `id` was answered `F` (final: nothing is retried).
+    pub fn forbidden(&mut self, id: OpId) {
+        self.finish(id, Outcome::Forbidden);
     }
 
     /// Whether `id` is a live entry.

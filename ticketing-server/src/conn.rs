@@ -14,6 +14,7 @@
 use crate::leader::Request;
 use crate::locks::GrantKind;
 use crate::manager::{ConnId, Delivery, ManagerHandle, ManagerRequest};
+use crate::principal::Principals;
 use crate::replication::{self, Leadership};
 use bytes::{Buf, BytesMut};
 use std::collections::HashSet;
@@ -44,8 +45,10 @@ pub struct ConnContext {
     pub manager: ManagerHandle,
     /// This node's view of leadership.
     pub leadership: watch::Receiver<Leadership>,
-    /// Accepted client tokens; empty = auth off. Replaced on reload (SIGHUP): each AUTH checks the current list.
-    pub client_tokens: std::sync::Arc<crate::reload::Current<Vec<ticketing_proto::auth::Secret>>>,
+    /// The principals and their tokens; no token = auth off. Replaced on
+    /// reload (SIGHUP): each AUTH checks the current tokens, each request
+    /// the current definition of its connection's principal.
+    pub client_tokens: std::sync::Arc<crate::reload::Current<Principals>>,
     /// This node's client address as announced in `M`/`L`.
     pub advertise: Addr,
     /// In-flight requests allowed per connection.
@@ -73,6 +76,9 @@ struct ClientConn<'a> {
     ctx: &'a ConnContext,
     snonce: Hex32,
     authed: bool,
+    /// The name of the principal its token belongs to (`None`: auth off,
+    /// every key allowed).
+    principal: Option<std::sync::Arc<str>>,
     registered: bool,
     in_flight: HashSet<RequestId>,
     deliveries_tx: mpsc::Sender<Delivery>,
@@ -126,6 +132,7 @@ impl<'a> ClientConn<'a> {
             ctx,
             snonce,
             authed: false,
+            principal: None,
             registered: false,
             in_flight: HashSet::new(),
             deliveries_tx,
@@ -403,6 +410,14 @@ impl ClientConn<'_> {
         if !l.serving || self.stale(&l) {
             return Some(End::Fatal(self.not_serving_frame(&l)));
         }
+        if let Some(key) = self.forbidden_key(&frame) {
+            // Final, and the connection stays (docs/protocol.md, "The answer F").
+            let principal = self.principal.as_deref().unwrap_or_default();
+            self.ctx.manager.metrics().forbidden(principal);
+            debug!(principal, key = %key, "forbidden");
+            self.send(&ServerFrame::Forbidden { id, key });
+            return None;
+        }
         let conn = self.id;
         let read_at = read_at.into_std();
         let request = match frame {
@@ -436,9 +451,29 @@ impl ClientConn<'_> {
         None
     }
 
+    /// The key of `frame` its principal may not use, by the principal's
+    /// current definition (docs/security.md, "Several teams: principals"):
+    /// for a `K`, the first such key. A principal a reload removed may use
+    /// no key. `None` with auth off.
+    fn forbidden_key(&self, frame: &ClientFrame) -> Option<ticketing_proto::Key> {
+        let name = self.principal.as_deref()?;
+        let principals = self.ctx.client_tokens.get();
+        let principal = principals.by_name(name);
+        let allowed = |k: &ticketing_proto::Key| principal.is_some_and(|p| p.may_use(k.as_bytes()));
+        match frame {
+            ClientFrame::Acquire { key, .. }
+            | ClientFrame::AcquireShared { key, .. }
+            | ClientFrame::Release { key, .. }
+            | ClientFrame::Query { key, .. } => (!allowed(key)).then(|| key.clone()),
+            ClientFrame::AcquireAll { keys, .. } => keys.as_slice().iter().find(|k| !allowed(k)).cloned(),
+            ClientFrame::Auth { .. } | ClientFrame::Ping { .. } => None,
+        }
+    }
+
     async fn on_auth(&mut self, cnonce: Hex32, cmac: Hex32) -> Option<End> {
-        let tokens = self.ctx.client_tokens.get();
-        let Some(which) = auth::check_client(&tokens, Label::Client, &self.snonce, &cnonce, &cmac) else {
+        let principals = self.ctx.client_tokens.get();
+        let tokens = principals.tokens();
+        let Some(which) = auth::check_client(tokens, Label::Client, &self.snonce, &cnonce, &cmac) else {
             debug!("auth failed");
             return Some(End::Fatal(ServerFrame::error(ErrorCode::AuthFailed)));
         };
@@ -456,6 +491,7 @@ impl ClientConn<'_> {
         }
         self.registered = true;
         self.authed = true;
+        self.principal = which.and_then(|i| principals.of_token(i)).map(|p| std::sync::Arc::from(p.name.as_str()));
         self.serving_epoch = l.serving.then_some(l.epoch);
         if let Some(addr) = &l.leader {
             self.send(&ServerFrame::Leader { addr: addr.clone() });

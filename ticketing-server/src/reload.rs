@@ -10,6 +10,7 @@
 //! `ticketing_reloads_total{result="ok"|"failed"}` counts the outcome.
 
 use crate::config::{self, Config, ConfigError};
+use crate::principal::{self, Principals};
 use crate::tls::{self, PeerTls};
 use rustls::ServerConfig;
 use std::sync::{Arc, RwLock};
@@ -66,8 +67,8 @@ pub type PeerTokens = Current<Vec<Secret>>;
 /// Everything [`Material::reload`] replaces.
 #[derive(Debug, Default)]
 pub struct Material {
-    /// Accepted client tokens (empty = auth off).
-    pub client_tokens: Arc<Current<Vec<Secret>>>,
+    /// The principals and their tokens (no token = auth off).
+    pub client_tokens: Arc<Current<Principals>>,
     /// The client port's TLS.
     pub client_tls: Arc<ClientTls>,
     /// Peer tokens (empty = the empty token).
@@ -102,7 +103,7 @@ impl Material {
         let peer_tls =
             peer_tls(config).map_err(|problem| ConfigError::Invalid { setting: "--peer-tls-cert", problem })?;
         Ok(Material {
-            client_tokens: Arc::new(Current::new(config.client_tokens.clone())),
+            client_tokens: Arc::new(Current::new(config.principals.clone())),
             client_tls: Arc::new(ClientTls::new(client_tls)),
             peer_tokens: Arc::new(Current::new(config.peer_tokens.clone())),
             peer_tls: Arc::new(Current::new(peer_tls)),
@@ -115,9 +116,9 @@ impl Material {
     /// per outcome; never logs a token.
     pub fn reload(&self, config: &Config) -> Vec<String> {
         let mut problems = Vec::new();
-        if config.client_tokens_file.is_some() {
-            match config::client_tokens(config.client_tokens_file.as_deref()) {
-                Ok(tokens) => self.client_tokens.set(tokens),
+        if config.client_tokens_file.is_some() || config.config_file.is_some() {
+            match principal::reread(config) {
+                Ok(principals) => self.client_tokens.set(principals),
                 Err(e) => problems.push(e.to_string()),
             }
         }

@@ -258,7 +258,7 @@ async fn serve_clients<F: Future>(
     if let Ok(bound) = listener.listener.local_addr() {
         // Memory mode with no grace beyond loopback: a restart is a new domain
         // that forgets its holders (docs/deployment.md, "Start grace").
-        let warnings = [config.restart_hazard_warning(bound), open_port_warning(bound, &config.client_tokens)];
+        let warnings = [config.restart_hazard_warning(bound), open_port_warning(bound, config.principals.tokens())];
         for warning in warnings.into_iter().flatten() {
             warn!("{warning}");
         }
@@ -268,7 +268,7 @@ async fn serve_clients<F: Future>(
         mode = if config.is_standalone() { "standalone" } else { "cluster" },
         tls = listener.tls.is_on(),
         client_certificates = config.tls_client_ca.is_some(),
-        auth = !config.client_tokens.is_empty(),
+        auth = !config.principals.auth_off(),
         "serving clients"
     );
 

@@ -27,6 +27,7 @@ from . import _native
 from ._errors import (
     AuthFailedError,
     BusyError,
+    ForbiddenError,
     ClosedError,
     IndeterminateError,
     InsufficientTimeError,
@@ -45,6 +46,7 @@ __all__ = [
     "Lock",
     "TicketingError",
     "BusyError",
+    "ForbiddenError",
     "IndeterminateError",
     "InsufficientTimeError",
     "UnavailableError",

@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "TicketingError",
     "BusyError",
+    "ForbiddenError",
     "IndeterminateError",
     "InsufficientTimeError",
     "UnavailableError",
@@ -36,6 +37,22 @@ class BusyError(TicketingError):
     retried internally; back off and start a new acquire if you want."""
 
     code = "busy"
+
+
+class ForbiddenError(TicketingError):
+    """This client's principal may not use ``key`` (``F``); nothing was
+    granted. For ``acquire_all``, ``key`` is the first key it may not use.
+    Final and never retried: the server's configuration decides which key
+    prefixes a principal may use."""
+
+    code = "forbidden"
+
+    def __init__(self, message: str = "", key: "str | None" = None) -> None:
+        super().__init__(message, key)
+        self.key = key
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class IndeterminateError(TicketingError):
@@ -92,6 +109,7 @@ class LockTimeout(TicketingError, TimeoutError):
 for _cls in (
     TicketingError,
     BusyError,
+    ForbiddenError,
     IndeterminateError,
     InsufficientTimeError,
     UnavailableError,

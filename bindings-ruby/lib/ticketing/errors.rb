@@ -25,6 +25,22 @@ module Ticketing
     end
   end
 
+  # +F+: this client's principal may not use {#key} (for +acquire_all+,
+  # the first key it may not use); nothing was granted. Final: never retried,
+  # only the server's configuration decides which key prefixes a principal
+  # may use.
+  class ForbiddenError < Error
+    # The value of {#code} for this class.
+    CODE = :forbidden
+    # @return [String, nil] the key the principal may not use.
+    attr_reader :key
+
+    def initialize(msg = "forbidden: this client's principal may not use the key", key = nil)
+      super(msg)
+      @key = key
+    end
+  end
+
   # The acquire may have been sent and no definite answer came: the lock may
   # have been granted. Do NOT enter the critical section; a grant, if any,
   # returns at lease end (the client asks the leader and releases it sooner).

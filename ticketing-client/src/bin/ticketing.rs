@@ -39,6 +39,7 @@ mod code {
     pub const INSUFFICIENT_TIME: u8 = 78;
     pub const LEASE_LOST: u8 = 79;
     pub const AUTH_FAILED: u8 = 80;
+    pub const FORBIDDEN: u8 = 81;
     pub const CANNOT_RUN: u8 = 126;
     pub const NOT_FOUND: u8 = 127;
 }
@@ -228,6 +229,7 @@ fn acquire_failure(key: &str, e: &Error) -> u8 {
         Error::InsufficientTime => code::INSUFFICIENT_TIME,
         Error::Unavailable => code::UNAVAILABLE,
         Error::AuthFailed => code::AUTH_FAILED,
+        Error::Forbidden { .. } => code::FORBIDDEN,
         Error::InvalidArgument(_) => code::USAGE,
         _ => code::INTERNAL,
     };

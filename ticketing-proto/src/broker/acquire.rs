@@ -87,6 +87,7 @@ impl Broker {
             match answer {
                 Answer::Released => self.lane.answer(op, true),
                 Answer::NotHolder => self.lane.answer(op, false),
+                Answer::Forbidden { .. } => self.lane.forbidden(op),
                 Answer::Held { token, .. } => {
                     self.lane.held(op, token);
                     self.dispatch(now);
@@ -132,6 +133,7 @@ impl Broker {
             }
             Answer::Timeout => Ok(None),
             Answer::Busy => Err(Failure::Busy),
+            Answer::Forbidden { key } => Err(Failure::Forbidden(key)),
             Answer::Released | Answer::NotHolder | Answer::Held { .. } => Err(Failure::Indeterminate),
         };
         self.events.push_back(BrokerEvent::Acquired { op, result });

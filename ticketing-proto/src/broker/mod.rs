@@ -201,10 +201,13 @@ fn exacts(keys: &[Key], owner: &Owner, token: Token) -> Vec<ExactGrant> {
 
 /// Why an operation failed. Exhaustive on purpose: every driver maps each
 /// failure to its own error, and a new one must be mapped consciously.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Failure {
     /// `B`: refused for capacity; final.
     Busy,
+    /// `F`: the connection's principal may not use this key (for a
+    /// multi-key acquire, the first such key); final, never retried.
+    Forbidden(Key),
     /// Possibly sent, no definite answer: the lock may have been granted.
     Indeterminate,
     /// Granted with less than the budget left; the lane releases it.
@@ -221,7 +224,11 @@ pub enum Failure {
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Failure::Forbidden(key) = self {
+            return write!(f, "forbidden: this client's principal may not use the key {key}");
+        }
         f.write_str(match self {
+            Failure::Forbidden(_) => unreachable!("written above"),
             Failure::Busy => "busy: refused for capacity",
             Failure::Indeterminate => "indeterminate: possibly sent, no definite answer",
             Failure::InsufficientTime => "insufficient time: granted with less than the budget left",
@@ -371,6 +378,8 @@ struct ReleaseGroup {
     left: usize,
     not_holder: bool,
     unconfirmed: bool,
+    /// The first key answered `F`.
+    forbidden: Option<Key>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -105,13 +105,17 @@ impl Broker {
                     g.left = g.left.saturating_sub(1);
                     g.not_holder |= outcome == Outcome::NotHolder;
                     g.unconfirmed |= outcome == Outcome::Unconfirmed;
+                    if outcome == Outcome::Forbidden && g.forbidden.is_none() {
+                        g.forbidden = Some(key);
+                    }
                     if g.left > 0 {
                         return;
                     }
-                    let result = match (g.not_holder, g.unconfirmed) {
-                        (true, _) => Ok(false),
-                        (false, true) => Err(Failure::ReleaseUnconfirmed),
-                        (false, false) => Ok(true),
+                    let result = match (g.forbidden.take(), g.not_holder, g.unconfirmed) {
+                        (Some(key), _, _) => Err(Failure::Forbidden(key)),
+                        (None, true, _) => Ok(false),
+                        (None, false, true) => Err(Failure::ReleaseUnconfirmed),
+                        (None, false, false) => Ok(true),
                     };
                     self.groups.remove(&group);
                     BrokerEvent::Released { op: group, result }
@@ -121,6 +125,7 @@ impl Broker {
                         Outcome::Released => Ok(true),
                         Outcome::NotHolder => Ok(false),
                         Outcome::Unconfirmed => Err(Failure::ReleaseUnconfirmed),
+                        Outcome::Forbidden => Err(Failure::Forbidden(key)),
                     };
                     BrokerEvent::Released { op, result }
                 }

@@ -134,6 +134,12 @@ pub enum Answer {
     Timeout,
     /// `B`: refused for capacity (final).
     Busy,
+    /// `F`: the principal may not use `key` (final; for a `K`, the first
+    /// such key).
+    Forbidden {
+        /// The key named in the answer.
+        key: Key,
+    },
     /// `R`: released.
     Released,
     /// `N`: not the current holder (answers a release or a query).

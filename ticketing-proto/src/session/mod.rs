@@ -66,6 +66,8 @@ enum Class {
     ReleaseOrQuery,
     /// `H`.
     Query,
+    /// `F`: answers every request kind.
+    Any,
 }
 
 #[derive(Debug, Clone)]
@@ -417,8 +419,10 @@ impl Session {
             }
             ServerFrame::Timeout { id, key } => self.keyed_answer(id, &key, Class::Acquire, Answer::Timeout),
             ServerFrame::Busy { id, key } => self.keyed_answer(id, &key, Class::Acquire, Answer::Busy),
-            // Matched and surfaced by the client core in a later step.
-            ServerFrame::Forbidden { .. } => self.close(CloseReason::Protocol("forbidden answer not handled yet")),
+            ServerFrame::Forbidden { id, key } => {
+                let answer = Answer::Forbidden { key: key.clone() };
+                self.keyed_answer(id, &key, Class::Any, answer)
+            }
             ServerFrame::Released { id, key } => self.keyed_answer(id, &key, Class::Release, Answer::Released),
             ServerFrame::NotHolder { id, key } => self.keyed_answer(id, &key, Class::ReleaseOrQuery, Answer::NotHolder),
             ServerFrame::Held { id, key, owner, token, remaining_ms } => {
@@ -513,8 +517,17 @@ impl Session {
         let ok = match self.pending.get(&id) {
             Some(Pending { kind: Kind::Request(_, req), written: true, .. }) => match (req, class) {
                 (Request::Acquire { key: k, .. } | Request::AcquireShared { key: k, .. }, Class::Acquire) => k == key,
-                // A multi-key acquire is answered with its first key.
+                // A multi-key acquire is answered with its first key
+                // (`F`: with the first key it may not use, any of them).
                 (Request::AcquireAll { keys, .. }, Class::Acquire) => keys.first() == key,
+                (Request::AcquireAll { keys, .. }, Class::Any) => keys.as_slice().contains(key),
+                (
+                    Request::Acquire { key: k, .. }
+                    | Request::AcquireShared { key: k, .. }
+                    | Request::Release { key: k, .. }
+                    | Request::Query { key: k, .. },
+                    Class::Any,
+                ) => k == key,
                 (Request::Release { key: k, .. }, Class::Release | Class::ReleaseOrQuery) => k == key,
                 (Request::Query { key: k, .. }, Class::Query | Class::ReleaseOrQuery) => k == key,
                 _ => false,

@@ -444,6 +444,29 @@ fn t_and_b_answer_s_by_its_key_and_k_by_its_first_key() {
     assert!(h.closed().is_none());
 }
 
+#[test]
+fn f_answers_any_request_by_its_key_and_k_by_any_of_its_keys() {
+    let forbidden = |key: &str| Answer::Forbidden { key: k(key) };
+    let mut h = Harness::ready("leader", TOKEN);
+    h.events.clear();
+    h.shared(2, 1, "pool", "o1", 3);
+    h.all(2, 2, &["x", "y", "z"], "o2");
+    h.all(2, 3, &["p", "q"], "o3");
+    // A K is answered F with the first key its principal may not use (not
+    // necessarily its first key); the connection stays.
+    h.input(
+        3,
+        b"F 1 pool
+F 2 y
+",
+    );
+    assert_eq!(h.answers(), vec![(1, forbidden("pool")), (2, forbidden("y"))]);
+    assert!(h.closed().is_none());
+    // A key the request does not name is a mismatch: fatal.
+    h.input(4, b"F 3 other\n");
+    assert!(h.closed().is_some());
+}
+
 fn fatal_after(send: impl FnOnce(&mut Harness), answer: &[u8]) -> (Closed, Vec<SessionEvent>) {
     let mut h = Harness::ready("leader", TOKEN);
     h.events.clear();

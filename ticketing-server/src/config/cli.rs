@@ -46,6 +46,11 @@ pub struct Cli {
     /// File with the accepted client tokens, one per line (also env TICKETING_CLIENT_TOKENS, comma separated).
     #[arg(long, env = "TICKETING_CLIENT_TOKENS_FILE", value_name = "FILE")]
     pub client_tokens_file: Option<PathBuf>,
+    /// Principals (config file only, `[[principal]]` tables): who may use
+    /// which key prefixes (docs/security.md, "Several teams: principals").
+    #[arg(skip)]
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub principal: Vec<crate::principal::PrincipalSpec>,
     /// File with the peer token (or env TICKETING_PEER_TOKEN); during a rotation two lines: the first is sent, both are accepted.
     #[arg(long, env = "TICKETING_PEER_TOKEN_FILE", value_name = "FILE")]
     pub peer_token_file: Option<PathBuf>,

@@ -89,11 +89,11 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-fn invalid(setting: &'static str, problem: impl Into<String>) -> ConfigError {
+pub(crate) fn invalid(setting: &'static str, problem: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { setting, problem: problem.into() }
 }
 
-fn read(what: &'static str, path: &Path) -> Result<String, ConfigError> {
+pub(crate) fn read(what: &'static str, path: &Path) -> Result<String, ConfigError> {
     std::fs::read_to_string(path).map_err(|e| ConfigError::Read { what, path: path.to_owned(), kind: e.kind() })
 }
 
@@ -167,6 +167,11 @@ pub struct Config {
     pub client_tokens: Vec<Secret>,
     /// The `--client-tokens-file` the tokens were read from, if any.
     pub client_tokens_file: Option<PathBuf>,
+    /// Every principal: `default` (the client tokens, every key) and the
+    /// config file's `[[principal]]` tables; no token at all = auth off.
+    pub principals: crate::principal::Principals,
+    /// The `--config` file, if any (re-read on SIGHUP for its principals).
+    pub config_file: Option<PathBuf>,
     /// The peer tokens (cluster mode): the first is sent when dialing, any
     /// is accepted; empty = no token (then peer mutual TLS, or
     /// `insecure_unauthenticated_peers`, is required). `Debug` prints them redacted.
@@ -221,6 +226,8 @@ impl Default for Config {
             data_dir: None,
             client_tokens: Vec::new(),
             client_tokens_file: None,
+            principals: crate::principal::Principals::default(),
+            config_file: None,
             peer_tokens: Vec::new(),
             peer_token_file: None,
             insecure_unauthenticated_peers: false,

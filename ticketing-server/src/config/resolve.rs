@@ -239,6 +239,7 @@ impl Config {
         };
         let peers = resolve_peers(cli.peers.unwrap_or_default(), cli.bootstrap)?;
         let client_tokens = client_tokens(cli.client_tokens_file.as_deref())?;
+        let principals = crate::principal::Principals::load(client_tokens.clone(), &cli.principal)?;
         let peer_tokens = peer_tokens(cli.peer_token_file.as_deref())?;
         let data_dir = cli.data_dir;
         if data_dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
@@ -277,6 +278,8 @@ impl Config {
             data_dir,
             client_tokens,
             client_tokens_file: cli.client_tokens_file,
+            principals,
+            config_file: cli.config,
             peer_tokens,
             peer_token_file: cli.peer_token_file,
             insecure_unauthenticated_peers,

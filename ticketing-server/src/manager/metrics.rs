@@ -178,6 +178,8 @@ pub struct Metrics {
     pub reloads_ok: Counter,
     /// Reloads that kept some old material (a file did not read): `ticketing_reloads_total{result="failed"}`.
     pub reloads_failed: Counter,
+    /// Requests answered `F`, by principal: `ticketing_forbidden_total{principal}`.
+    pub forbidden: Family<Vec<(String, String)>, Counter>,
 }
 
 impl Default for Metrics {
@@ -252,6 +254,12 @@ impl Metrics {
         let reloads_ok = reloads.get_or_create(&result("ok")).clone();
         let reloads_failed = reloads.get_or_create(&result("failed")).clone();
         registry.register("reloads", "Reloads of tokens and certificates (SIGHUP) by result", reloads);
+        let forbidden = Family::<Vec<(String, String)>, Counter>::default();
+        registry.register(
+            "forbidden",
+            "Requests answered F (the principal may not use the key), by principal",
+            forbidden.clone(),
+        );
         let raft = cluster.then(|| RaftGauges {
             term: gauge(&mut registry, "raft_term", "Current Raft term"),
             commit_index: gauge(&mut registry, "raft_commit_index", "Committed log index"),
@@ -308,7 +316,13 @@ impl Metrics {
             limits,
             reloads_ok,
             reloads_failed,
+            forbidden,
         }
+    }
+
+    /// Counts one request of `principal` answered `F`.
+    pub fn forbidden(&self, principal: &str) {
+        self.forbidden.get_or_create(&vec![("principal".to_owned(), principal.to_owned())]).inc();
     }
 
     /// Counts one reload: `ok` when every file was re-read.

@@ -1,0 +1,293 @@
+//! Principals (docs/security.md, "Several teams: principals"): who may use
+//! which keys. A principal has a name, tokens, the key prefixes it may use
+//! and optional caps. The token that matched in `AUTH` names the
+//! connection's principal; every request is checked against the CURRENT
+//! definition of that principal (a reload that narrows its keys applies to
+//! open connections at once; a principal a reload removed may use no key).
+//!
+//! `--client-tokens-file` / `TICKETING_CLIENT_TOKENS` are the principal
+//! named `default`, which may use every key. No token at all = auth off
+//! (every connection may use every key).
+
+use crate::config::{invalid, read, ConfigError};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use ticketing_proto::auth::Secret;
+
+/// The name of the principal of `--client-tokens-file`.
+pub const DEFAULT: &str = "default";
+
+/// A `[[principal]]` table of the config file, as written.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrincipalSpec {
+    /// `[a-z0-9_-]`, 1-64 bytes, unique.
+    pub name: String,
+    /// One token a line, like `--client-tokens-file`.
+    pub tokens_file: PathBuf,
+    /// Key prefixes it may use; `[""]` = every key.
+    pub keys: Vec<String>,
+}
+
+/// One principal as the server checks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// Its name (metrics label, logs).
+    pub name: String,
+    /// Key prefixes it may use (bytewise; `""` = every key).
+    pub prefixes: Vec<Vec<u8>>,
+}
+
+impl Principal {
+    /// Whether it may use `key`: some prefix starts it (bytewise).
+    pub fn may_use(&self, key: &[u8]) -> bool {
+        self.prefixes.iter().any(|p| key.starts_with(p))
+    }
+
+    /// The first of `keys` it may not use (`None`: it may use them all).
+    pub fn first_forbidden<'k, K: AsRef<[u8]>>(&self, keys: &'k [K]) -> Option<&'k K> {
+        keys.iter().find(|k| !self.may_use(k.as_ref()))
+    }
+}
+
+/// Every principal and the flattened token list `AUTH` checks.
+#[derive(Debug, Clone, Default)]
+pub struct Principals {
+    tokens: Vec<Secret>,
+    /// The index in `list` of each token's principal.
+    owner: Vec<usize>,
+    list: Vec<Arc<Principal>>,
+}
+
+impl Principals {
+    /// The principals of the configuration: `default_tokens` (from
+    /// `--client-tokens-file`/`TICKETING_CLIENT_TOKENS`) as `default`, then
+    /// every `[[principal]]`, each tokens file read now. Every rule broken is
+    /// an error naming the principal (or file): a bad name, a name given
+    /// twice, no keys, a tokens file that does not read or holds no token,
+    /// a token of two principals.
+    pub fn load(default_tokens: Vec<Secret>, specs: &[PrincipalSpec]) -> Result<Principals, ConfigError> {
+        let mut p = Principals::default();
+        if !default_tokens.is_empty() {
+            p.push(Principal { name: DEFAULT.to_owned(), prefixes: vec![Vec::new()] }, default_tokens)?;
+        }
+        for spec in specs {
+            check_name(&spec.name)?;
+            if p.list.iter().any(|q| q.name == spec.name) {
+                return Err(invalid("[[principal]]", format!("the name {:?} is given twice", spec.name)));
+            }
+            if spec.keys.is_empty() {
+                return Err(invalid(
+                    "[[principal]]",
+                    format!("{:?}: keys is empty: list the key prefixes it may use ([\"\"] = every key)", spec.name),
+                ));
+            }
+            let tokens = tokens_file(&spec.name, &spec.tokens_file)?;
+            let principal = Principal {
+                name: spec.name.clone(),
+                prefixes: spec.keys.iter().map(|k| k.as_bytes().to_vec()).collect(),
+            };
+            p.push(principal, tokens)?;
+        }
+        Ok(p)
+    }
+
+    fn push(&mut self, principal: Principal, tokens: Vec<Secret>) -> Result<(), ConfigError> {
+        let index = self.list.len();
+        for t in tokens {
+            if let Some(i) = self.tokens.iter().position(|u| *u == t) {
+                if self.owner[i] == index {
+                    continue; // the same line twice in one file
+                }
+                return Err(invalid(
+                    "[[principal]]",
+                    format!(
+                        "a token of {:?} is also a token of {:?}: each token names one principal",
+                        principal.name, self.list[self.owner[i]].name
+                    ),
+                ));
+            }
+            self.tokens.push(t);
+            self.owner.push(index);
+        }
+        self.list.push(Arc::new(principal));
+        Ok(())
+    }
+
+    /// Every accepted token (empty = auth off), for `auth::check_client`.
+    pub fn tokens(&self) -> &[Secret] {
+        &self.tokens
+    }
+
+    /// Whether client authentication is off (no token at all).
+    pub fn auth_off(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    /// The principal of token `i` of [`Principals::tokens`].
+    pub fn of_token(&self, i: usize) -> Option<&Arc<Principal>> {
+        self.owner.get(i).map(|&p| &self.list[p])
+    }
+
+    /// The principal named `name`, as currently defined.
+    pub fn by_name(&self, name: &str) -> Option<&Arc<Principal>> {
+        self.list.iter().find(|p| p.name == name)
+    }
+
+    /// Every principal, in the order configured.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Principal>> {
+        self.list.iter()
+    }
+}
+
+/// The principals of `config` read again (SIGHUP): the client tokens
+/// (file and environment) and the config file's `[[principal]]` tables with
+/// their tokens files. All or nothing: any problem is an error, and the
+/// caller keeps the principals it has.
+pub fn reread(config: &crate::config::Config) -> Result<Principals, ConfigError> {
+    let default_tokens = crate::config::client_tokens(config.client_tokens_file.as_deref())?;
+    let specs = match &config.config_file {
+        Some(path) => specs_of_file(path)?,
+        None => Vec::new(),
+    };
+    Principals::load(default_tokens, &specs)
+}
+
+/// The `[[principal]]` tables of the config file at `path`.
+fn specs_of_file(path: &Path) -> Result<Vec<PrincipalSpec>, ConfigError> {
+    let file_error = |problem: String| ConfigError::File { path: path.to_owned(), problem };
+    let text = read("config file", path)?;
+    let mut table: toml::Table = text.parse().map_err(|e| file_error(format!("not valid TOML: {e}")))?;
+    match table.remove("principal") {
+        None => Ok(Vec::new()),
+        Some(v) => v.try_into().map_err(|e: toml::de::Error| file_error(format!("[[principal]]: {e}"))),
+    }
+}
+
+/// `[a-z0-9_-]`, 1-64 bytes.
+fn check_name(name: &str) -> Result<(), ConfigError> {
+    let ok = (1..=64).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid("[[principal]]", format!("name {name:?}: use 1-64 of a-z, 0-9, '_' and '-'")))
+    }
+}
+
+/// A principal's tokens file: one token a line, at least one.
+fn tokens_file(name: &str, path: &Path) -> Result<Vec<Secret>, ConfigError> {
+    let text = zeroize::Zeroizing::new(read("token file", path)?);
+    let tokens: Vec<Secret> = text.lines().map(str::trim).filter(|l| !l.is_empty()).map(Secret::from).collect();
+    if tokens.is_empty() {
+        return Err(invalid(
+            "[[principal]]",
+            format!("{name:?}: {} holds no token: put at least one token in it", path.display()),
+        ));
+    }
+    Ok(tokens)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(prefixes: &[&str]) -> Principal {
+        Principal { name: "t".into(), prefixes: prefixes.iter().map(|s| s.as_bytes().to_vec()).collect() }
+    }
+
+    #[test]
+    fn prefixes_match_bytewise() {
+        let every = p(&[""]);
+        assert!(every.may_use(b"anything") && every.may_use(b"x"));
+        let orders = p(&["orders/", "carts/"]);
+        assert!(orders.may_use(b"orders/1") && orders.may_use(b"carts/") && orders.may_use(b"orders/"));
+        assert!(!orders.may_use(b"orders") && !orders.may_use(b"order/1") && !orders.may_use(b"payments/1"));
+        // Overlapping prefixes: either one is enough.
+        let overlap = p(&["a", "ab/"]);
+        assert!(overlap.may_use(b"ab/1") && overlap.may_use(b"abc") && !overlap.may_use(b"b"));
+        // Multibyte UTF-8: bytes, not characters.
+        let uni = p(&["é/"]);
+        assert!(
+            uni.may_use("é/x".as_bytes()) && !uni.may_use("e/x".as_bytes()) && !uni.may_use(&"é/x".as_bytes()[..1])
+        );
+        let none = p(&[]);
+        assert!(!none.may_use(b"k"));
+        let keys = ["orders/1", "payments/2", "x"];
+        assert_eq!(orders.first_forbidden(&keys), Some(&"payments/2"));
+        assert_eq!(orders.first_forbidden(&["orders/1", "carts/2"]), None);
+    }
+
+    struct TempDir(PathBuf);
+    impl TempDir {
+        fn new(name: &str) -> TempDir {
+            let path = std::env::temp_dir().join(format!("ticketing-principal-{name}-{}", std::process::id()));
+            std::fs::create_dir_all(&path).unwrap();
+            TempDir(path)
+        }
+        fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn file(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn spec(name: &str, tokens_file: PathBuf, keys: &[&str]) -> PrincipalSpec {
+        PrincipalSpec { name: name.into(), tokens_file, keys: keys.iter().map(|s| s.to_string()).collect() }
+    }
+
+    #[test]
+    fn load_checks_every_rule() {
+        let dir = TempDir::new("load");
+        let a = file(dir.path(), "a", "tok-a\n\n tok-a2 \n");
+        let b = file(dir.path(), "b", "tok-b\n");
+        let empty = file(dir.path(), "e", " \n\n");
+        let ps =
+            Principals::load(vec![Secret::from("d")], &[spec("a", a.clone(), &["a/"]), spec("b", b.clone(), &["b/"])])
+                .unwrap();
+        assert_eq!(ps.tokens().len(), 4);
+        assert_eq!(ps.of_token(0).unwrap().name, DEFAULT);
+        assert!(ps.of_token(0).unwrap().may_use(b"zz"));
+        assert_eq!(ps.of_token(2).unwrap().name, "a");
+        assert_eq!(ps.of_token(3).unwrap().name, "b");
+        assert_eq!(ps.by_name("b").unwrap().prefixes, vec![b"b/".to_vec()]);
+        assert!(!ps.auth_off());
+        assert!(Principals::load(vec![], &[]).unwrap().auth_off());
+
+        let err = |specs: &[PrincipalSpec]| Principals::load(vec![], specs).unwrap_err().to_string();
+        assert!(
+            err(&[spec("a", empty.clone(), &["a/"])]).contains("holds no token"),
+            "{}",
+            err(&[spec("a", empty, &["a/"])])
+        );
+        assert!(err(&[spec("a", dir.path().join("missing"), &["a/"])]).contains("cannot read"));
+        assert!(err(&[spec("A", a.clone(), &["a/"])]).contains("name \"A\""));
+        assert!(err(&[spec("", a.clone(), &["a/"])]).contains("name"));
+        assert!(err(&[spec("a", a.clone(), &[])]).contains("keys is empty"));
+        assert!(err(&[spec("a", a.clone(), &["a/"]), spec("a", b.clone(), &["b/"])]).contains("given twice"));
+        let dup = file(dir.path(), "dup", "tok-a\n");
+        assert!(err(&[spec("a", a.clone(), &["a/"]), spec("c", dup, &["c/"])]).contains("also a token of \"a\""));
+    }
+
+    #[test]
+    fn specs_parse_from_toml_and_refuse_unknown_fields() {
+        #[derive(Deserialize)]
+        struct F {
+            principal: Vec<PrincipalSpec>,
+        }
+        let f: F =
+            toml::from_str("[[principal]]\nname = \"orders\"\ntokens_file = \"/x\"\nkeys = [\"orders/\"]\n").unwrap();
+        assert_eq!(f.principal[0].keys, vec!["orders/".to_owned()]);
+        assert!(toml::from_str::<F>("[[principal]]\nname = \"o\"\ntokens_file = \"/x\"\nkeys = []\nkey = 1\n").is_err());
+    }
+}
