@@ -11,11 +11,13 @@ use tokio::net::TcpStream;
 /// How long one HTTP exchange may take.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// One `GET`: (status code, body).
-async fn get(admin: &str, path: &str) -> Result<(u16, String), String> {
+/// One `GET`: (status code, body); with `Authorization: Bearer <token>`
+/// when an admin token is given.
+async fn get(admin: &str, path: &str, token: Option<&str>) -> Result<(u16, String), String> {
     let exchange = async {
         let mut s = TcpStream::connect(admin).await.map_err(|e| format!("cannot connect to {admin}: {e}"))?;
-        let req = format!("GET {path} HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n");
+        let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {admin}\r\n{auth}Connection: close\r\n\r\n");
         s.write_all(req.as_bytes()).await.map_err(|e| format!("{admin}: {e}"))?;
         let mut out = Vec::new();
         s.read_to_end(&mut out).await.map_err(|e| format!("{admin}: {e}"))?;
@@ -47,13 +49,21 @@ pub enum Failure {
     Usage(String),
     /// No leader could be asked (69).
     Unavailable(String),
+    /// The admin port refused the admin token, or asked for one (80).
+    AuthFailed(String),
 }
 
-/// Fetches `/locks/<key>` from the leader (following a follower's pointer once).
-pub async fn fetch(admin: &str, key: &str) -> Result<Value, Failure> {
+/// Fetches `/locks/<key>` from the leader (following a follower's pointer
+/// once), with the admin token if given.
+pub async fn fetch(admin: &str, key: &str, token: Option<&str>) -> Result<Value, Failure> {
     let mut at = admin.to_owned();
     for _ in 0..2 {
-        let (code, body) = get(&at, &format!("/locks/{}", encode(key))).await.map_err(Failure::Unavailable)?;
+        let (code, body) = get(&at, &format!("/locks/{}", encode(key)), token).await.map_err(Failure::Unavailable)?;
+        if code == 401 {
+            let why =
+                if token.is_some() { "refused the admin token" } else { "needs an admin token (--admin-token-file)" };
+            return Err(Failure::AuthFailed(format!("{at} {why}")));
+        }
         let v: Value = serde_json::from_str(&body)
             .map_err(|_| Failure::Unavailable(format!("{at}: answer {code} is not JSON: {}", body.trim())))?;
         match code {

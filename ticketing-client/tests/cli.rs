@@ -16,7 +16,11 @@ struct Run {
 
 async fn ticketing(args: &[&str], envs: &[(&str, &str)]) -> Run {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ticketing"));
-    cmd.args(args).env_remove("TICKETING_ADDR").env_remove("TICKETING_TOKEN_FILE").env_remove("TICKETING_TLS");
+    cmd.args(args)
+        .env_remove("TICKETING_ADDR")
+        .env_remove("TICKETING_TOKEN_FILE")
+        .env_remove("TICKETING_TLS")
+        .env_remove("TICKETING_ADMIN_TOKEN_FILE");
     for (k, v) in envs {
         cmd.env(k, v);
     }
@@ -404,4 +408,41 @@ async fn bad_shared_and_key_lists_are_exit_64_and_send_nothing() {
     .await;
     assert_eq!(r.code, Some(64), "--shared and --all exclude each other: {}", r.stderr);
     assert!(fake.requests().is_empty(), "nothing was sent: {:?}", fake.requests());
+}
+
+#[tokio::test]
+async fn locks_passes_the_admin_token_and_a_401_is_exit_80() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // An admin port that wants `Bearer right`.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 4096];
+            let n = s.read(&mut buf).await.unwrap_or(0);
+            let req = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let (status, body) = if req.contains("\r\nAuthorization: Bearer right\r\n") {
+                ("200 OK", r#"{"key":"k","holders":[],"waiters":[],"domain_time_ms":5}"#)
+            } else {
+                ("401 Unauthorized", "unauthorized")
+            };
+            let resp =
+                format!("HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+            let _ = s.write_all(resp.as_bytes()).await;
+        }
+    });
+    let r = ticketing(&["locks", "k", "--admin", &addr], &[]).await;
+    assert_eq!(r.code, Some(80), "{}", r.stderr);
+    assert!(r.stderr.contains("needs an admin token"), "{}", r.stderr);
+    let wrong = scratch("wrong-admin-token");
+    std::fs::write(&wrong, "wrong\n").unwrap();
+    let r = ticketing(&["locks", "k", "--admin", &addr, "--admin-token-file", wrong.to_str().unwrap()], &[]).await;
+    assert_eq!(r.code, Some(80), "{}", r.stderr);
+    assert!(r.stderr.contains("refused the admin token"), "{}", r.stderr);
+    let right = scratch("right-admin-token");
+    std::fs::write(&right, "right\n").unwrap();
+    let r =
+        ticketing(&["locks", "k", "--admin", &addr], &[("TICKETING_ADMIN_TOKEN_FILE", right.to_str().unwrap())]).await;
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(r.stdout.contains("holder       none"), "{}", r.stdout);
 }

@@ -33,6 +33,8 @@ pub struct AdminState {
     pub replicator: Arc<dyn Replicator>,
     /// The cluster replicator in cluster mode.
     pub cluster: Option<Arc<ClusterReplicator>>,
+    /// Admin tokens; empty = no token asked (replaced on SIGHUP).
+    pub tokens: Arc<crate::reload::Current<Vec<ticketing_proto::auth::Secret>>>,
 }
 
 /// Serves the admin endpoints on `listener` until the task is dropped
@@ -45,15 +47,55 @@ pub async fn serve(listener: TcpListener, state: AdminState) -> std::io::Result<
 
 /// Every admin route (tests serve it without a socket).
 pub fn app(state: AdminState, series: Arc<Series>) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+    let guarded = Router::new()
         .route("/status", get(status))
         .route("/metrics", get(metrics))
         .route("/locks/*key", get(lock))
         .merge(ui::routes())
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), bearer));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .merge(guarded)
         .layer(Extension(series))
         .with_state(state)
+}
+
+/// The console's pages and static files hold no data (they are built into
+/// the binary): they load without the token, and their scripts send it with
+/// every read of `/status` and `/ui/api/…`.
+fn is_console_asset(path: &str) -> bool {
+    path == "/ui" || (path.starts_with("/ui/") && !path.starts_with("/ui/api/"))
+}
+
+/// With admin tokens, every path but `/healthz` and `/readyz` needs
+/// `Authorization: Bearer <token>` (docs/security.md, "The admin port"):
+/// any current token, compared in constant time; else `401`.
+async fn bearer(
+    State(s): State<AdminState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let tokens = s.tokens.get();
+    if tokens.is_empty() || is_console_asset(request.uri().path()) {
+        return next.run(request).await;
+    }
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(|t| ticketing_proto::auth::Secret::from(t.trim()));
+    match given {
+        // `Secret`'s `==` compares in constant time.
+        Some(t) if tokens.contains(&t) => next.run(request).await,
+        _ => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer realm=\"ticketing-admin\"")],
+            "unauthorized: this admin port needs Authorization: Bearer <admin token>\n",
+        )
+            .into_response(),
+    }
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

@@ -75,6 +75,8 @@ pub struct Material {
     pub peer_tokens: Arc<PeerTokens>,
     /// The peer port's mutual TLS (`None`: plain TCP).
     pub peer_tls: Arc<Current<Option<PeerTls>>>,
+    /// Admin tokens (empty = the admin port asks for none).
+    pub admin_tokens: Arc<Current<Vec<Secret>>>,
 }
 
 /// The client port's TLS as configured (`None` without `--tls-cert`).
@@ -107,6 +109,7 @@ impl Material {
             client_tls: Arc::new(ClientTls::new(client_tls)),
             peer_tokens: Arc::new(Current::new(config.peer_tokens.clone())),
             peer_tls: Arc::new(Current::new(peer_tls)),
+            admin_tokens: Arc::new(Current::new(config.admin_tokens.clone())),
         })
     }
 
@@ -125,6 +128,12 @@ impl Material {
         if config.peer_token_file.is_some() {
             match config::peer_tokens(config.peer_token_file.as_deref()) {
                 Ok(tokens) => self.peer_tokens.set(tokens),
+                Err(e) => problems.push(e.to_string()),
+            }
+        }
+        if config.admin_token_file.is_some() {
+            match config::admin_tokens(config.admin_token_file.as_deref()) {
+                Ok(tokens) => self.admin_tokens.set(tokens),
                 Err(e) => problems.push(e.to_string()),
             }
         }

@@ -41,6 +41,17 @@ pub fn advertise_addr(config: &Config, listener: &TcpListener) -> Result<Addr> {
 
 /// The start-up warning for a client port that listens beyond loopback
 /// with client authentication off (docs/security.md, "Hardening checklist").
+/// The warning for an admin port beyond loopback without an admin token.
+fn admin_open_warning(bound: std::net::SocketAddr, tokens: &[ticketing_proto::auth::Secret]) -> Option<String> {
+    (tokens.is_empty() && !bound.ip().is_loopback()).then(|| {
+        format!(
+            "the admin port {bound} listens beyond loopback with NO admin token: anyone who reaches it reads key \
+             names, holders' tokens, client addresses and the topology; set --admin-token-file \
+             (docs/security.md, \"The admin port\")"
+        )
+    })
+}
+
 fn open_port_warning(bound: std::net::SocketAddr, client_tokens: &[ticketing_proto::auth::Secret]) -> Option<String> {
     (client_tokens.is_empty() && !bound.ip().is_loopback()).then(|| {
         format!(
@@ -194,7 +205,11 @@ async fn run_node(
             manager: manager.clone(),
             replicator: replicator.clone(),
             cluster: cluster.clone(),
+            tokens: material.admin_tokens.clone(),
         };
+        if let Some(w) = admin_open_warning(admin.local_addr()?, &config.admin_tokens) {
+            warn!("{w}");
+        }
         tokio::spawn(async move {
             if let Err(e) = crate::admin::serve(admin, state).await {
                 warn!(error = %e, "admin HTTP stopped");

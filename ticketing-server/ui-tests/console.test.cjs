@@ -58,7 +58,8 @@ function freePort() {
 
 function getJson(port, p) {
   return new Promise((resolve) => {
-    const req = http.get({ host: '127.0.0.1', port, path: p, timeout: 2000 }, (res) => {
+    const headers = { Authorization: 'Bearer ' + adminToken };
+    const req = http.get({ host: '127.0.0.1', port, path: p, timeout: 2000, headers }, (res) => {
       let b = '';
       res.on('data', (c) => (b += c));
       res.on('end', () => {
@@ -123,6 +124,23 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'ticketing-console-'));
 const clientToken = crypto.randomBytes(24).toString('hex');
 fs.writeFileSync(path.join(tmp, 'peer-token'), crypto.randomBytes(24).toString('hex') + '\n', { mode: 0o600 });
 fs.writeFileSync(path.join(tmp, 'client-tokens'), clientToken + '\n', { mode: 0o600 });
+// The admin ports ask for a token: the console asks for it once per tab.
+const adminToken = crypto.randomBytes(24).toString('hex');
+fs.writeFileSync(path.join(tmp, 'admin-token'), adminToken + '\n', { mode: 0o600 });
+const dialogs = [];
+const cspViolations = [];
+
+// Every page of the run: script errors are collected, and the console's
+// question for the admin token is answered as an operator would.
+function watch(p) {
+  p.on('console', (m) => { if (m.type() === 'error' && !/Failed to load resource/.test(m.text())) cspViolations.push(m.text()); });
+  p.on('pageerror', (e) => cspViolations.push(String(e)));
+  p.on('dialog', async (d) => {
+    dialogs.push(d.message());
+    if (d.type() === 'prompt') await d.accept(adminToken); else await d.dismiss();
+  });
+  return p;
+}
 const nodes = [];
 const clients = [];
 let browser = null;
@@ -131,7 +149,8 @@ function startNode(i, peers) {
   const n = nodes[i];
   const args = ['--listen', `127.0.0.1:${n.client}`, '--advertise', `127.0.0.1:${n.client}`,
     '--peer-listen', `127.0.0.1:${n.peer}`, '--peers', peers, '--admin-listen', `127.0.0.1:${n.admin}`,
-    '--peer-token-file', path.join(tmp, 'peer-token'), '--client-tokens-file', path.join(tmp, 'client-tokens')];
+    '--peer-token-file', path.join(tmp, 'peer-token'), '--client-tokens-file', path.join(tmp, 'client-tokens'),
+    '--admin-token-file', path.join(tmp, 'admin-token')];
   if (i === 0) args.push('--bootstrap');
   const env = { ...process.env, RUST_LOG: 'info' };
   delete env.TICKETING_PEER_TOKEN;
@@ -260,7 +279,7 @@ check('rates page draws the charts from the series', async () => {
 });
 
 check('phone-sized dark page stays readable', async () => {
-  const p = await browser.newPage();
+  const p = watch(await browser.newPage());
   await p.setViewportSize({ width: 390, height: 844 });
   await p.emulateMedia({ colorScheme: 'dark' });
   await p.goto(`http://127.0.0.1:${nodes[ctx.leader.i].admin}/ui/locks/${KEY}`);
@@ -306,6 +325,18 @@ check('after the failover the locks page on a survivor shows the holder from the
   await until('the holder kept across the failover', 10000, async () => (await page.locator('#holder-owner').textContent()).trim() === prefix(HOLDER));
 });
 
+check('the console asked for the admin token, and the data endpoints refuse a read without it', async () => {
+  if (!dialogs.length || !dialogs.every((m) => /admin token/.test(m))) throw new Error('dialogs: ' + JSON.stringify(dialogs));
+  // At most one question per tab and node (each node's console is its own
+  // origin): 3 tabs, 3 nodes; never one per read.
+  if (dialogs.length > 9) throw new Error(`asked ${dialogs.length} times`);
+  const res = await new Promise((resolve) => {
+    http.get({ host: '127.0.0.1', port: nodes[ctx.newLeader.i].admin, path: '/status', timeout: 2000 }, (r) => { r.resume(); resolve(r.statusCode); })
+      .on('error', () => resolve(0));
+  });
+  if (res !== 401) throw new Error('/status without the token answered ' + res);
+});
+
 // ---- main ----------------------------------------------------------------------------
 (async () => {
   if (!fs.existsSync(CHROMIUM)) {
@@ -341,11 +372,7 @@ check('after the failover the locks page on a survivor shows the holder from the
     browser = context;
     ctx.page = await context.newPage();
     ctx.page2 = await context.newPage();
-    const cspViolations = [];
-    for (const p of [ctx.page, ctx.page2]) {
-      p.on('console', (m) => { if (m.type() === 'error' && !/Failed to load resource/.test(m.text())) cspViolations.push(m.text()); });
-      p.on('pageerror', (e) => cspViolations.push(String(e)));
-    }
+    for (const p of [ctx.page, ctx.page2]) watch(p);
     for (const c of checks) {
       try {
         await c.fn();

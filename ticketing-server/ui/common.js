@@ -19,10 +19,39 @@ const T = (() => {
     }
   }
 
+  // The admin token, asked for once per tab when the node answers 401
+  // (docs/security.md, "The admin port") and kept in sessionStorage.
+  const TOKEN = 'ticketing-admin-token';
+  let declined = false;
+  function askToken() {
+    if (declined) return false;
+    const t = window.prompt('This admin port needs its admin token (kept for this tab only):');
+    if (!t || !t.trim()) {
+      declined = true;
+      return false;
+    }
+    sessionStorage.setItem(TOKEN, t.trim());
+    return true;
+  }
+
   // GET a JSON endpoint of this node: {status, body} (status 0: unreachable).
   async function get(path) {
     try {
-      const r = await fetch(path, { cache: 'no-store', headers: { Accept: 'application/json' } });
+      let r = null;
+      for (let attempt = 0; attempt < 2; attempt++) {
+        const headers = { Accept: 'application/json' };
+        const token = sessionStorage.getItem(TOKEN);
+        if (token) headers.Authorization = 'Bearer ' + token;
+        r = await fetch(path, { cache: 'no-store', headers });
+        if (r.status !== 401) break;
+        // Another read asked meanwhile: try again with its token.
+        if (attempt === 0 && sessionStorage.getItem(TOKEN) !== token) continue;
+        sessionStorage.removeItem(TOKEN);
+        if (attempt > 0 || !askToken()) {
+          setConn(false, 'this admin port needs its admin token: reload the page to enter it');
+          return { status: 401, body: null, headers: r.headers };
+        }
+      }
       const text = await r.text();
       let body = null;
       try { body = JSON.parse(text.replace(BIG, '"$1":"$2"')); } catch (e) { body = null; }

@@ -103,7 +103,13 @@ pub fn node_command(bin: &Path, a: &NodeArgs<'_>, log: File) -> Command {
 
 /// The request of every GET here.
 fn request(path: &str) -> String {
-    format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    request_with(path, None)
+}
+
+/// A `GET` of `path`, with `Authorization: Bearer <token>` when given.
+fn request_with(path: &str, bearer: Option<&str>) -> String {
+    let auth = bearer.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    format!("GET {path} HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n")
 }
 
 /// (status code, body) of a whole HTTP/1.1 answer.
@@ -117,11 +123,17 @@ fn parse_answer(raw: &[u8]) -> Option<(u16, String)> {
 /// A raw HTTP/1.1 GET on 127.0.0.1:`port` (1 s to connect, 3 s to answer):
 /// (status code, body) whatever the status; `None` if no answer.
 pub fn http_get_any(port: u16, path: &str) -> Option<(u16, String)> {
+    http_get_bearer(port, path, None)
+}
+
+/// [`http_get_any`] with `Authorization: Bearer <token>` when given (an
+/// admin port with an admin token).
+pub fn http_get_bearer(port: u16, path: &str, bearer: Option<&str>) -> Option<(u16, String)> {
     use std::io::{Read, Write};
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-    s.write_all(request(path).as_bytes()).ok()?;
+    s.write_all(request_with(path, bearer).as_bytes()).ok()?;
     let mut out = Vec::new();
     s.read_to_end(&mut out).ok()?;
     parse_answer(&out)

@@ -98,6 +98,9 @@ struct LocksArgs {
     /// Admin HTTP address (a server's --admin-listen) host:port.
     #[arg(long, value_name = "HOST:PORT")]
     admin: String,
+    /// File holding the admin token on its first line (a server with --admin-token-file).
+    #[arg(long, value_name = "FILE", env = "TICKETING_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -160,7 +163,11 @@ fn seconds(name: &str, v: f64) -> Result<Duration, u8> {
 
 async fn run(cli: Cli) -> u8 {
     if let Command::Locks(args) = &cli.command {
-        return match locks::fetch(&args.admin, &args.key).await {
+        let token = match args.admin_token_file.as_ref().map(read_token).transpose() {
+            Ok(t) => t,
+            Err(m) => return usage(m),
+        };
+        return match locks::fetch(&args.admin, &args.key, token.as_deref()).await {
             Ok(v) => {
                 print!("{}", locks::table(&args.key, &v));
                 code::OK
@@ -169,6 +176,10 @@ async fn run(cli: Cli) -> u8 {
             Err(locks::Failure::Unavailable(m)) => {
                 eprintln!("ticketing: locks {}: {m}", args.key);
                 code::UNAVAILABLE
+            }
+            Err(locks::Failure::AuthFailed(m)) => {
+                eprintln!("ticketing: locks {}: {m}", args.key);
+                code::AUTH_FAILED
             }
         };
     }

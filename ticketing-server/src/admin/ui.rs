@@ -167,7 +167,16 @@ async fn lock(s: &AdminState, key: &str) -> Response {
 async fn from_leader(s: &AdminState, path: &str) -> Option<Response> {
     let not_serving = super::not_serving(s)?;
     let Some(addr) = super::other_leader_admin(s) else { return Some(not_serving) };
-    match get_json(&addr, path).await {
+    // Read with this node's own admin token (the caller passed this node's
+    // check; the nodes of a cluster share their admin tokens).
+    let bearer = s.tokens.get().first().map(|t| String::from_utf8_lossy(t.expose()).into_owned());
+    match get_json(&addr, path, bearer.as_deref()).await {
+        Ok((StatusCode::UNAUTHORIZED, _)) => Some(super::error(
+            StatusCode::BAD_GATEWAY,
+            format!(
+                "the leader's admin port {addr} refused this node's admin token: give every node the same admin tokens"
+            ),
+        )),
         Ok((status, body)) => {
             let mut r = (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
             if let Ok(v) = HeaderValue::from_str(&addr) {
@@ -191,7 +200,7 @@ const LEADER_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(
 const LEADER_READ_LIMIT: usize = 4 << 20;
 
 /// One HTTP/1.1 GET of `path` on `addr` (hyper's client), bounded in time and size.
-async fn get_json(addr: &str, path: &str) -> Result<(StatusCode, axum::body::Bytes), String> {
+async fn get_json(addr: &str, path: &str, bearer: Option<&str>) -> Result<(StatusCode, axum::body::Bytes), String> {
     use http_body_util::{BodyExt, Empty, Limited};
     let run = async {
         let stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
@@ -199,11 +208,12 @@ async fn get_json(addr: &str, path: &str) -> Result<(StatusCode, axum::body::Byt
             .await
             .map_err(|e| e.to_string())?;
         let conn = tokio::spawn(conn);
-        let req = axum::http::Request::get(path)
-            .header(header::HOST, addr)
-            .header(header::ACCEPT, "application/json")
-            .body(Empty::<axum::body::Bytes>::new())
-            .map_err(|e| e.to_string())?;
+        let mut req =
+            axum::http::Request::get(path).header(header::HOST, addr).header(header::ACCEPT, "application/json");
+        if let Some(token) = bearer {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let req = req.body(Empty::<axum::body::Bytes>::new()).map_err(|e| e.to_string())?;
         let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
         let status = resp.status();
         let body = Limited::new(resp.into_body(), LEADER_READ_LIMIT).collect().await.map_err(|e| e.to_string())?;

@@ -80,6 +80,10 @@ pub struct Cli {
     /// Admin HTTP address (/metrics, /healthz, /status, /locks/<key>).
     #[arg(long, env = "TICKETING_ADMIN_LISTEN", value_name = "ADDR")]
     pub admin_listen: Option<String>,
+    /// File with the admin tokens, one per line (rotation: any is accepted): every admin path but /healthz
+    /// and /readyz then needs `Authorization: Bearer <token>`.
+    #[arg(long, env = "TICKETING_ADMIN_TOKEN_FILE", value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
     /// Waiters per key; over it → `B`.
     #[arg(long, env = "TICKETING_MAX_WAITERS_PER_KEY", value_name = "N")]
     pub max_waiters_per_key: Option<usize>,

@@ -34,7 +34,7 @@ mod tokens;
 
 pub use cli::Cli;
 pub use resolve::PEER_AUTH_MISSING;
-pub use tokens::{client_tokens, peer_tokens};
+pub use tokens::{admin_tokens, client_tokens, peer_tokens};
 
 /// Default client address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:5225";
@@ -195,6 +195,10 @@ pub struct Config {
     pub peer_tls_ca: Option<PathBuf>,
     /// Admin HTTP address.
     pub admin_listen: Option<String>,
+    /// Admin tokens (empty = the admin port asks for none).
+    pub admin_tokens: Vec<Secret>,
+    /// The `--admin-token-file` they were read from, if any.
+    pub admin_token_file: Option<PathBuf>,
     /// The limits of docs/configuration.md, "Limits".
     pub limits: Limits,
     /// Time to complete the handshake.
@@ -238,6 +242,8 @@ impl Default for Config {
             peer_tls_key: None,
             peer_tls_ca: None,
             admin_listen: None,
+            admin_tokens: Vec::new(),
+            admin_token_file: None,
             limits: Limits::default(),
             handshake_timeout: HANDSHAKE_TIMEOUT,
             peer_handshake_timeout: HANDSHAKE_TIMEOUT,

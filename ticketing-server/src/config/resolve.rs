@@ -1,6 +1,6 @@
 //! Completing and validating the settings: [`Config::resolve`] and its steps.
 
-use super::{client_tokens, invalid, peer_tokens, Cli, Config, ConfigError, Limits};
+use super::{admin_tokens, client_tokens, invalid, peer_tokens, Cli, Config, ConfigError, Limits};
 use clap::{CommandFactory, FromArgMatches};
 use std::net::ToSocketAddrs;
 use std::time::Duration;
@@ -241,6 +241,7 @@ impl Config {
         let client_tokens = client_tokens(cli.client_tokens_file.as_deref())?;
         let principals = crate::principal::Principals::load(client_tokens.clone(), &cli.principal)?;
         let peer_tokens = peer_tokens(cli.peer_token_file.as_deref())?;
+        let admin_tokens = admin_tokens(cli.admin_token_file.as_deref())?;
         let data_dir = cli.data_dir;
         if data_dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
             return Err(invalid("--data-dir", "must name a directory"));
@@ -290,6 +291,8 @@ impl Config {
             peer_tls_key: cli.peer_tls_key,
             peer_tls_ca: cli.peer_tls_ca,
             admin_listen,
+            admin_tokens,
+            admin_token_file: cli.admin_token_file,
             limits,
             handshake_timeout,
             peer_handshake_timeout,

@@ -68,6 +68,21 @@ pub fn peer_tokens(file: Option<&Path>) -> Result<Vec<Secret>, ConfigError> {
     }
 }
 
+/// The admin tokens: the lines of `file` (several during a rotation, any
+/// is accepted). A file that holds no token is an error, never "the admin
+/// port open" (docs/security.md, "The admin port").
+pub fn admin_tokens(file: Option<&Path>) -> Result<Vec<Secret>, ConfigError> {
+    let Some(path) = file else { return Ok(Vec::new()) };
+    let lines = read_token_lines(path)?;
+    if lines.is_empty() {
+        return Err(invalid(
+            "--admin-token-file",
+            format!("{} holds no token: put at least one token in it", path.display()),
+        ));
+    }
+    Ok(lines)
+}
+
 fn env_var(name: &'static str) -> Result<Option<String>, ConfigError> {
     match std::env::var(name) {
         Ok(v) => Ok(Some(v)),
