@@ -14,6 +14,7 @@
 use crate::leader::Request;
 use crate::locks::GrantKind;
 use crate::manager::{ConnId, Delivery, ManagerHandle, ManagerRequest};
+use crate::preauth::PreAuthPermit;
 use crate::principal::Principals;
 use crate::replication::{self, Leadership};
 use bytes::{Buf, BytesMut};
@@ -76,6 +77,8 @@ struct ClientConn<'a> {
     ctx: &'a ConnContext,
     snonce: Hex32,
     authed: bool,
+    /// Its place among the unauthenticated connections, until AUTH succeeds.
+    preauth: Option<PreAuthPermit>,
     /// The name of the principal its token belongs to (`None`: auth off,
     /// every key allowed).
     principal: Option<std::sync::Arc<str>>,
@@ -103,12 +106,14 @@ pub async fn serve<S>(
     ctx: &ConnContext,
     handshake_deadline: Instant,
     shutdown: broadcast::Receiver<()>,
+    preauth: PreAuthPermit,
 ) where
     S: AsyncRead + AsyncWrite + Send,
 {
     let (mut rd, mut wr) = tokio::io::split(stream);
     let (deliveries_tx, mut deliveries_rx) = mpsc::channel(ctx.max_pending.saturating_add(8));
     let mut conn = ClientConn::new(id, peer, ctx, deliveries_tx);
+    conn.preauth = Some(preauth);
     let end = conn.run(&mut rd, &mut wr, &mut deliveries_rx, handshake_deadline, shutdown).await;
     // Its waiters leave their queues at once (its grants stay).
     if conn.registered {
@@ -133,6 +138,7 @@ impl<'a> ClientConn<'a> {
             snonce,
             authed: false,
             principal: None,
+            preauth: None,
             registered: false,
             in_flight: HashSet::new(),
             deliveries_tx,
@@ -176,6 +182,10 @@ impl<'a> ClientConn<'a> {
                 biased;
                 _ = shutdown.recv() => {
                     return End::Fatal(ServerFrame::error(ErrorCode::ShuttingDown));
+                }
+                _ = evicted(&mut self.preauth), if !self.authed => {
+                    debug!("evicted before its handshake by a newer unauthenticated connection");
+                    return End::Gone;
                 }
                 _ = tokio::time::sleep_until(handshake_deadline), if !self.authed => {
                     ctx.manager.metrics().limits.client_handshake_timeouts.inc();
@@ -285,6 +295,15 @@ impl<'a> ClientConn<'a> {
                 .await;
             }
         }
+    }
+}
+
+/// Completes when the connection was evicted from the unauthenticated
+/// budget; never for `None`.
+async fn evicted(permit: &mut Option<PreAuthPermit>) {
+    match permit {
+        Some(p) => p.evicted().await,
+        None => std::future::pending().await,
     }
 }
 
@@ -491,6 +510,7 @@ impl ClientConn<'_> {
         }
         self.registered = true;
         self.authed = true;
+        self.preauth = None;
         self.principal = which.and_then(|i| principals.of_token(i)).map(|p| std::sync::Arc::from(p.name.as_str()));
         self.serving_epoch = l.serving.then_some(l.epoch);
         if let Some(addr) = &l.leader {

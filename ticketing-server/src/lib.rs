@@ -14,6 +14,7 @@ pub mod leader;
 pub mod listener;
 pub mod locks;
 pub mod manager;
+pub mod preauth;
 pub mod principal;
 pub mod reload;
 pub mod replication;

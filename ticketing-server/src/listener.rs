@@ -5,6 +5,7 @@
 
 use crate::conn::{self, ConnContext, ConnGauge};
 use crate::manager::ConnId;
+use crate::preauth::PreAuth;
 use crate::reload::ClientTls;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +34,9 @@ pub struct Listener {
     pub ctx: Arc<ConnContext>,
     /// Time from accept to a correct AUTH (TLS handshake included).
     pub handshake_timeout: Duration,
+    /// Unauthenticated connections (docs/security.md, "Unauthenticated
+    /// connections"): a newer one evicts the oldest when it is full.
+    pub preauth: PreAuth,
 }
 
 impl Listener {
@@ -72,6 +76,10 @@ impl Listener {
                 }
                 continue;
             };
+            let (mut preauth, evicted) = self.preauth.admit(peer.ip());
+            if evicted {
+                self.ctx.manager.metrics().limits.client_preauth_evicted.inc();
+            }
             let ctx = self.ctx.clone();
             let shutdown = self.notify_shutdown.subscribe();
             let complete = self.shutdown_complete.clone();
@@ -82,10 +90,14 @@ impl Listener {
                     let _complete = complete;
                     let _gauge = ConnGauge::new(&ctx.manager);
                     debug!("accepted");
-                    match handshake_tls(tls, socket, deadline).await {
-                        Some(Either::Plain(s)) => conn::serve(s, id, peer, &ctx, deadline, shutdown).await,
+                    let stream = tokio::select! {
+                        s = handshake_tls(tls, socket, deadline) => s,
+                        _ = preauth.evicted() => None,
+                    };
+                    match stream {
+                        Some(Either::Plain(s)) => conn::serve(s, id, peer, &ctx, deadline, shutdown, preauth).await,
                         // Still boxed: the TLS state (1.2 KB) stays out of the task's own state.
-                        Some(Either::Tls(s)) => conn::serve(s, id, peer, &ctx, deadline, shutdown).await,
+                        Some(Either::Tls(s)) => conn::serve(s, id, peer, &ctx, deadline, shutdown, preauth).await,
                         // The TLS stage of the handshake ran out of time.
                         None if Instant::now() >= deadline => {
                             ctx.manager.metrics().limits.client_handshake_timeouts.inc();

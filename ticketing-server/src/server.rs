@@ -269,6 +269,11 @@ async fn serve_clients<F: Future>(
         shutdown_complete: shutdown_complete_tx,
         ctx,
         handshake_timeout: config.handshake_timeout,
+        preauth: crate::preauth::for_slots(
+            config.limits.max_connections,
+            config.limits.max_preauth_connections,
+            config.limits.max_preauth_per_address,
+        ),
     };
     if let Ok(bound) = listener.listener.local_addr() {
         // Memory mode with no grace beyond loopback: a restart is a new domain

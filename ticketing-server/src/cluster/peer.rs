@@ -61,6 +61,9 @@ pub struct PeerLimits {
     /// `--max-peer-in-flight-bytes`: the same over all accepted connections
     /// (counted in the gauge `metrics.peer_in_flight_bytes`).
     pub max_node_bytes: usize,
+    /// Unauthenticated connections (`--max-peer-preauth-*`, at most half
+    /// of the slots): a newer one evicts the oldest when it is full.
+    pub preauth: crate::preauth::PreAuth,
     /// Counters of what these limits refused or closed.
     pub metrics: LimitMetrics,
 }
@@ -74,6 +77,11 @@ impl Default for PeerLimits {
             frame_timeout: d.peer_frame_timeout,
             max_conn_bytes: d.limits.max_peer_in_flight_bytes_per_conn,
             max_node_bytes: d.limits.max_peer_in_flight_bytes,
+            preauth: crate::preauth::for_slots(
+                d.limits.max_peer_connections,
+                d.limits.max_peer_preauth_connections,
+                d.limits.max_peer_preauth_per_address,
+            ),
             metrics: LimitMetrics::default(),
         }
     }

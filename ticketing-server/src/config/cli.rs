@@ -108,6 +108,18 @@ pub struct Cli {
     /// Connections on the peer port (handshaking included); over it → `E overloaded`, close.
     #[arg(long, env = "TICKETING_MAX_PEER_CONNECTIONS", value_name = "N")]
     pub max_peer_connections: Option<usize>,
+    /// Unauthenticated client connections at once (at most half of --max-connections): over it, the oldest is closed.
+    #[arg(long, env = "TICKETING_MAX_PREAUTH_CONNECTIONS", value_name = "N")]
+    pub max_preauth_connections: Option<usize>,
+    /// Unauthenticated client connections from one address at once: over it, that address's oldest is closed.
+    #[arg(long, env = "TICKETING_MAX_PREAUTH_PER_ADDRESS", value_name = "N")]
+    pub max_preauth_per_address: Option<usize>,
+    /// Unauthenticated peer-port connections at once (apart from --max-peer-connections): over it, the oldest is closed.
+    #[arg(long, env = "TICKETING_MAX_PEER_PREAUTH_CONNECTIONS", value_name = "N")]
+    pub max_peer_preauth_connections: Option<usize>,
+    /// Unauthenticated peer-port connections from one address at once: over it, that address's oldest is closed.
+    #[arg(long, env = "TICKETING_MAX_PEER_PREAUTH_PER_ADDRESS", value_name = "N")]
+    pub max_peer_preauth_per_address: Option<usize>,
     /// Request bytes one accepted peer connection may have in flight (read, not yet answered); over it → closed.
     #[arg(long, env = "TICKETING_MAX_PEER_IN_FLIGHT_BYTES_PER_CONN", value_name = "BYTES")]
     pub max_peer_in_flight_bytes_per_conn: Option<usize>,

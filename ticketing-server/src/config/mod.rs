@@ -114,6 +114,15 @@ pub struct Limits {
     pub max_write_buffer_bytes: usize,
     /// Peer-port connections; over it → `E overloaded`, closed.
     pub max_peer_connections: usize,
+    /// Unauthenticated client connections at once (docs/security.md,
+    /// "Unauthenticated connections"); a newer one evicts the oldest.
+    pub max_preauth_connections: usize,
+    /// Unauthenticated client connections from one address at once.
+    pub max_preauth_per_address: usize,
+    /// Unauthenticated peer-port connections at once.
+    pub max_peer_preauth_connections: usize,
+    /// Unauthenticated peer-port connections from one address at once.
+    pub max_peer_preauth_per_address: usize,
     /// Request bytes in flight on one accepted peer connection; over it → closed.
     pub max_peer_in_flight_bytes_per_conn: usize,
     /// Request bytes in flight on all accepted peer connections; over it → the one that crossed it is closed.
@@ -137,6 +146,10 @@ impl Default for Limits {
             max_connections: 10_000,
             max_write_buffer_bytes: 1024 * 1024,
             max_peer_connections: 64,
+            max_preauth_connections: 1024,
+            max_preauth_per_address: 256,
+            max_peer_preauth_connections: 32,
+            max_peer_preauth_per_address: 8,
             // One leader's AppendEntries (openraft keeps up to 9 in flight
             // with the late answers, each ≤ 300 entries of ≤ 32 KiB) plus a
             // 3 MiB snapshot chunk: about 90 MiB (docs/configuration.md, "Limits").

@@ -72,6 +72,10 @@ fn resolve_limits(cli: &Cli) -> Result<Limits, ConfigError> {
         max_connections: cli.max_connections.unwrap_or(dl.max_connections),
         max_write_buffer_bytes: cli.max_write_buffer_bytes.unwrap_or(dl.max_write_buffer_bytes),
         max_peer_connections: cli.max_peer_connections.unwrap_or(dl.max_peer_connections),
+        max_preauth_connections: cli.max_preauth_connections.unwrap_or(dl.max_preauth_connections),
+        max_preauth_per_address: cli.max_preauth_per_address.unwrap_or(dl.max_preauth_per_address),
+        max_peer_preauth_connections: cli.max_peer_preauth_connections.unwrap_or(dl.max_peer_preauth_connections),
+        max_peer_preauth_per_address: cli.max_peer_preauth_per_address.unwrap_or(dl.max_peer_preauth_per_address),
         max_peer_in_flight_bytes_per_conn: cli
             .max_peer_in_flight_bytes_per_conn
             .unwrap_or(dl.max_peer_in_flight_bytes_per_conn),
@@ -105,6 +109,16 @@ fn resolve_limits(cli: &Cli) -> Result<Limits, ConfigError> {
     }
     if limits.max_peer_connections == 0 {
         return Err(invalid("--max-peer-connections", "must be at least 1"));
+    }
+    for (name, value) in [
+        ("--max-preauth-connections", limits.max_preauth_connections),
+        ("--max-preauth-per-address", limits.max_preauth_per_address),
+        ("--max-peer-preauth-connections", limits.max_peer_preauth_connections),
+        ("--max-peer-preauth-per-address", limits.max_peer_preauth_per_address),
+    ] {
+        if !(1..=MAX_LIMIT).contains(&value) {
+            return Err(invalid(name, format!("must be in 1-{MAX_LIMIT}, got {value}")));
+        }
     }
     // A frame larger than the connection's budget closes it: keep the
     // budget above the largest frame (docs/configuration.md, "Limits").
@@ -195,6 +209,10 @@ impl Config {
             ("handshake_timeout", d.handshake_timeout.as_secs_f64().to_string()),
             ("max_write_buffer_bytes", d.limits.max_write_buffer_bytes.to_string()),
             ("max_peer_connections", d.limits.max_peer_connections.to_string()),
+            ("max_preauth_connections", d.limits.max_preauth_connections.to_string()),
+            ("max_preauth_per_address", d.limits.max_preauth_per_address.to_string()),
+            ("max_peer_preauth_connections", d.limits.max_peer_preauth_connections.to_string()),
+            ("max_peer_preauth_per_address", d.limits.max_peer_preauth_per_address.to_string()),
             ("max_peer_in_flight_bytes_per_conn", d.limits.max_peer_in_flight_bytes_per_conn.to_string()),
             ("max_peer_in_flight_bytes", d.limits.max_peer_in_flight_bytes.to_string()),
             ("peer_handshake_timeout", d.peer_handshake_timeout.as_secs_f64().to_string()),

@@ -55,6 +55,10 @@ pub struct LimitMetrics {
     pub client_connections_refused: Counter,
     /// Client connections closed because `--max-write-buffer-bytes` of answers piled up unread.
     pub write_buffer_overflows: Counter,
+    /// Unauthenticated client connections closed to admit a newer one (`--max-preauth-*`).
+    pub client_preauth_evicted: Counter,
+    /// Unauthenticated peer-port connections closed to admit a newer one (`--max-peer-preauth-*`).
+    pub peer_preauth_evicted: Counter,
     /// Open connections on the peer port (handshaking included).
     pub peer_connections: Gauge,
     /// Peer connections refused for `--max-peer-connections`.
@@ -92,6 +96,18 @@ impl LimitMetrics {
             "write_buffer_overflows",
             "Client connections closed because --max-write-buffer-bytes of answers were unread",
             &self.write_buffer_overflows,
+        );
+        c(
+            registry,
+            "client_preauth_evicted",
+            "Unauthenticated client connections closed to admit a newer one (--max-preauth-*)",
+            &self.client_preauth_evicted,
+        );
+        c(
+            registry,
+            "peer_preauth_evicted",
+            "Unauthenticated peer-port connections closed to admit a newer one (--max-peer-preauth-*)",
+            &self.peer_preauth_evicted,
         );
         registry.register("peer_connections", "Open peer-port connections", self.peer_connections.clone());
         c(

@@ -20,12 +20,16 @@ pub async fn serve(listener: TcpListener, node: Arc<Node>) {
                     let _ = stream.try_write(b"E overloaded\n");
                     continue;
                 };
+                let (preauth, evicted) = node.limits.preauth.admit(from.ip());
+                if evicted {
+                    node.limits.metrics.peer_preauth_evicted.inc();
+                }
                 let node = node.clone();
                 tokio::spawn(async move {
                     let _permit = permit;
                     let gauge = &node.limits.metrics.peer_connections;
                     gauge.inc();
-                    let result = serve_conn(stream, from, node.clone()).await;
+                    let result = serve_conn(stream, from, node.clone(), preauth).await;
                     node.limits.metrics.peer_connections.dec();
                     match result {
                         Ok(()) => debug!(%from, "peer connection ended"),
@@ -66,9 +70,39 @@ async fn accept_tls(stream: TcpStream, from: SocketAddr, node: &Node) -> Option<
     }
 }
 
-async fn serve_conn(stream: TcpStream, from: SocketAddr, node: Arc<Node>) -> Result<(), WireError> {
+/// One accepted connection: TLS and the handshake while it holds its
+/// place among the unauthenticated connections (`preauth`; evicted by a
+/// newer one: closed), then its frames.
+async fn serve_conn(
+    stream: TcpStream,
+    from: SocketAddr,
+    node: Arc<Node>,
+    mut preauth: crate::preauth::PreAuthPermit,
+) -> Result<(), WireError> {
+    let handshake = handshake(stream, from, &node);
+    let shaken = tokio::select! {
+        shaken = handshake => shaken,
+        _ = preauth.evicted() => {
+            debug!(%from, "peer connection evicted before its handshake by a newer unauthenticated one");
+            return Ok(());
+        }
+    };
+    drop(preauth);
+    let Some((r, w)) = shaken? else { return Ok(()) };
+    serve_frames(r, w, from, &node).await.inspect_err(|e| {
+        if matches!(e, WireError::Protocol(_) | WireError::Timeout) {
+            node.limits.metrics.peer_bad_frames.inc();
+        }
+    })
+}
+
+/// The read and write halves of an authenticated peer connection.
+type Halves = (BufReader<tokio::io::ReadHalf<Box<dyn PeerStream>>>, tokio::io::WriteHalf<Box<dyn PeerStream>>);
+
+/// TLS (if on) and the peer handshake; `None`: refused (logged).
+async fn handshake(stream: TcpStream, from: SocketAddr, node: &Node) -> Result<Option<Halves>, WireError> {
     let _ = stream.set_nodelay(true);
-    let Some(stream) = accept_tls(stream, from, &node).await else { return Ok(()) };
+    let Some(stream) = accept_tls(stream, from, node).await else { return Ok(None) };
     let (r, mut w) = tokio::io::split(stream);
     let mut r = BufReader::new(r);
     let limits = &node.limits;
@@ -94,18 +128,14 @@ async fn serve_conn(stream: TcpStream, from: SocketAddr, node: Arc<Node>) -> Res
         }
         Err(WireError::Refused(HandshakeRefusal::AuthFailed)) => {
             warn!(%from, "peer refused: wrong peer token (auth_failed)");
-            return Ok(());
+            return Ok(None);
         }
         Err(other) => {
             warn!(%from, error = %other, "peer refused: handshake failed");
-            return Ok(());
+            return Ok(None);
         }
     }
-    serve_frames(r, w, from, &node).await.inspect_err(|e| {
-        if matches!(e, WireError::Protocol(_) | WireError::Timeout) {
-            limits.metrics.peer_bad_frames.inc();
-        }
-    })
+    Ok(Some((r, w)))
 }
 
 /// Request bytes of one accepted connection, counted against its budget
