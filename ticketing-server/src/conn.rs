@@ -56,6 +56,48 @@ pub struct ConnContext {
     pub max_pending: usize,
     /// Answer bytes a connection may leave unwritten (`--max-write-buffer-bytes`).
     pub max_write_buffer: usize,
+    /// Answer bytes all connections together may leave unwritten
+    /// (`--max-total-write-buffer-bytes`): past it, a connection holding
+    /// more than [`TOTAL_OVERFLOW_FLOOR`] unread is closed.
+    pub write_buffers: WriteBuffers,
+}
+
+/// Below this many unread bytes a connection is never closed for the
+/// process-wide total: only the connections that do not read are.
+pub const TOTAL_OVERFLOW_FLOOR: usize = 64 * 1024;
+
+/// The unread answer bytes of every connection, against one total.
+#[derive(Debug, Default)]
+pub struct WriteBuffers {
+    /// Bytes held now.
+    held: std::sync::atomic::AtomicUsize,
+    /// `--max-total-write-buffer-bytes`.
+    pub max: usize,
+}
+
+impl WriteBuffers {
+    /// A total of `max` bytes.
+    pub fn new(max: usize) -> WriteBuffers {
+        WriteBuffers { held: Default::default(), max }
+    }
+
+    /// Moves one connection's count from `*counted` to `now`; whether the
+    /// total is now beyond the maximum.
+    fn account(&self, counted: &mut usize, now: usize) -> bool {
+        use std::sync::atomic::Ordering;
+        let total = if now >= *counted {
+            self.held.fetch_add(now - *counted, Ordering::AcqRel) + (now - *counted)
+        } else {
+            self.held.fetch_sub(*counted - now, Ordering::AcqRel) - (*counted - now)
+        };
+        *counted = now;
+        total > self.max
+    }
+
+    /// Bytes held now by every connection.
+    pub fn held(&self) -> usize {
+        self.held.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 /// Why the connection loop ended.
@@ -77,6 +119,8 @@ struct ClientConn<'a> {
     ctx: &'a ConnContext,
     snonce: Hex32,
     authed: bool,
+    /// Its unread answer bytes as counted in `ctx.write_buffers`.
+    counted_out: usize,
     /// Its place among the unauthenticated connections, until AUTH succeeds.
     preauth: Option<PreAuthPermit>,
     /// The name of the principal its token belongs to (`None`: auth off,
@@ -119,7 +163,9 @@ pub async fn serve<S>(
     if conn.registered {
         ctx.manager.disconnected(id);
     }
+    let counted = conn.counted_out;
     conn.close(end, &mut rd, &mut wr, &mut deliveries_rx).await;
+    ctx.write_buffers.account(&mut { counted }, 0);
 }
 
 impl<'a> ClientConn<'a> {
@@ -139,6 +185,7 @@ impl<'a> ClientConn<'a> {
             authed: false,
             principal: None,
             preauth: None,
+            counted_out: 0,
             registered: false,
             in_flight: HashSet::new(),
             deliveries_tx,
@@ -173,6 +220,10 @@ impl<'a> ClientConn<'a> {
                 return End::Gone;
             }
             if self.out.len() > ctx.max_write_buffer {
+                return End::Overflow;
+            }
+            let out = self.out.len();
+            if ctx.write_buffers.account(&mut self.counted_out, out) && out > TOTAL_OVERFLOW_FLOOR {
                 return End::Overflow;
             }
             if inbuf.capacity() - inbuf.len() < MAX_FRAME {

@@ -258,6 +258,7 @@ async fn serve_clients<F: Future>(
         advertise: advertise.clone(),
         max_pending: config.limits.max_pending_per_conn,
         max_write_buffer: config.limits.max_write_buffer_bytes,
+        write_buffers: crate::conn::WriteBuffers::new(config.limits.max_total_write_buffer_bytes),
     });
     let (notify_shutdown, _) = broadcast::channel(1);
     let (shutdown_complete_tx, mut shutdown_complete_rx) = mpsc::channel::<()>(1);

@@ -142,3 +142,46 @@ async fn handshake_only(addr: &str) -> TcpStream {
     stream.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), cmac.to_hex_string()).as_bytes()).await.unwrap();
     stream
 }
+
+/// `--max-total-write-buffer-bytes`: answers left unread by all clients
+/// together are bounded too. Each connection's own limit (64 MiB here) is
+/// never reached: the total (1 MiB) closes the client that does not read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_total_of_unread_answers_is_bounded() {
+    let admin = cluster_common::free_port();
+    let s = Server::with(
+        &[],
+        &[
+            "--max-write-buffer-bytes",
+            "67108864",
+            "--max-total-write-buffer-bytes",
+            "1048576",
+            "--admin-listen",
+            &format!("127.0.0.1:{admin}"),
+        ],
+    );
+    let mut stream = handshake_only(&s.addr).await;
+    let mut batch = Vec::new();
+    for id in 1..=2000u64 {
+        batch.extend_from_slice(format!("P {id}\n").as_bytes());
+    }
+    // Pings, never reading the pongs: at most 32 MiB (half the connection's
+    // own limit) or 60 s.
+    let start = Instant::now();
+    let mut sent = 0usize;
+    let closed = loop {
+        if sent >= 32 << 20 || start.elapsed() > Duration::from_secs(60) {
+            break false;
+        }
+        match tokio::time::timeout(Duration::from_secs(15), stream.write_all(&batch)).await {
+            Ok(Ok(())) => sent += batch.len(),
+            Ok(Err(_)) => break true,
+            Err(_) => break false,
+        }
+    };
+    assert!(closed, "not closed after {} KiB of pings", sent / 1024);
+    let overflows =
+        tokio::task::spawn_blocking(move || metric(admin, "ticketing_write_buffer_overflows_total")).await.unwrap();
+    assert_eq!(overflows, Some(1));
+    normal_round_trip(&s.addr, 7).await;
+}

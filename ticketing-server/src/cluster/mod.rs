@@ -124,6 +124,7 @@ impl ClusterConfig {
                     cfg.limits.max_peer_preauth_connections,
                     cfg.limits.max_peer_preauth_per_address,
                 ),
+                max_snapshot_bytes: cfg.limits.max_snapshot_bytes,
                 metrics: Default::default(),
             },
             commit_seconds: None,

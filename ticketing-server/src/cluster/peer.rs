@@ -64,6 +64,8 @@ pub struct PeerLimits {
     /// Unauthenticated connections (`--max-peer-preauth-*`, at most half
     /// of the slots): a newer one evicts the oldest when it is full.
     pub preauth: crate::preauth::PreAuth,
+    /// `--max-snapshot-bytes`: the largest snapshot received from a leader.
+    pub max_snapshot_bytes: u64,
     /// Counters of what these limits refused or closed.
     pub metrics: LimitMetrics,
 }
@@ -82,6 +84,7 @@ impl Default for PeerLimits {
                 d.limits.max_peer_preauth_connections,
                 d.limits.max_peer_preauth_per_address,
             ),
+            max_snapshot_bytes: d.limits.max_snapshot_bytes,
             metrics: LimitMetrics::default(),
         }
     }

@@ -105,6 +105,10 @@ pub struct Cli {
     /// Answer bytes a client may leave unread; over it the connection is closed.
     #[arg(long, env = "TICKETING_MAX_WRITE_BUFFER_BYTES", value_name = "BYTES")]
     pub max_write_buffer_bytes: Option<usize>,
+    /// Answer bytes all clients together may leave unread; over it, the connections holding more than 64 KiB
+    /// unread are closed.
+    #[arg(long, env = "TICKETING_MAX_TOTAL_WRITE_BUFFER_BYTES", value_name = "BYTES")]
+    pub max_total_write_buffer_bytes: Option<usize>,
     /// Connections on the peer port (handshaking included); over it → `E overloaded`, close.
     #[arg(long, env = "TICKETING_MAX_PEER_CONNECTIONS", value_name = "N")]
     pub max_peer_connections: Option<usize>,
@@ -120,6 +124,9 @@ pub struct Cli {
     /// Unauthenticated peer-port connections from one address at once: over it, that address's oldest is closed.
     #[arg(long, env = "TICKETING_MAX_PEER_PREAUTH_PER_ADDRESS", value_name = "N")]
     pub max_peer_preauth_per_address: Option<usize>,
+    /// The largest snapshot this node accepts from a leader, in bytes; a chunk beyond it is refused.
+    #[arg(long, env = "TICKETING_MAX_SNAPSHOT_BYTES", value_name = "BYTES")]
+    pub max_snapshot_bytes: Option<u64>,
     /// Request bytes one accepted peer connection may have in flight (read, not yet answered); over it → closed.
     #[arg(long, env = "TICKETING_MAX_PEER_IN_FLIGHT_BYTES_PER_CONN", value_name = "BYTES")]
     pub max_peer_in_flight_bytes_per_conn: Option<usize>,

@@ -112,6 +112,9 @@ pub struct Limits {
     pub max_connections: usize,
     /// Answer bytes waiting for a client that does not read them; over it → closed.
     pub max_write_buffer_bytes: usize,
+    /// Answer bytes waiting for all clients together; over it → the
+    /// connections holding more than 64 KiB unread are closed.
+    pub max_total_write_buffer_bytes: usize,
     /// Peer-port connections; over it → `E overloaded`, closed.
     pub max_peer_connections: usize,
     /// Unauthenticated client connections at once (docs/security.md,
@@ -123,6 +126,9 @@ pub struct Limits {
     pub max_peer_preauth_connections: usize,
     /// Unauthenticated peer-port connections from one address at once.
     pub max_peer_preauth_per_address: usize,
+    /// The largest snapshot this node receives from a leader (bytes); a
+    /// chunk that would take it beyond is refused.
+    pub max_snapshot_bytes: u64,
     /// Request bytes in flight on one accepted peer connection; over it → closed.
     pub max_peer_in_flight_bytes_per_conn: usize,
     /// Request bytes in flight on all accepted peer connections; over it → the one that crossed it is closed.
@@ -145,11 +151,15 @@ impl Default for Limits {
             max_pending_per_conn: MAX_PENDING_PER_CONN,
             max_connections: 10_000,
             max_write_buffer_bytes: 1024 * 1024,
+            max_total_write_buffer_bytes: 256 * 1024 * 1024,
             max_peer_connections: 64,
             max_preauth_connections: 1024,
             max_preauth_per_address: 256,
             max_peer_preauth_connections: 32,
             max_peer_preauth_per_address: 8,
+            // A full server (1 000 000 held keys of up to 250 bytes, with
+            // owners and leases) snapshots to about 0.4 GB.
+            max_snapshot_bytes: 1 << 30,
             // One leader's AppendEntries (openraft keeps up to 9 in flight
             // with the late answers, each ≤ 300 entries of ≤ 32 KiB) plus a
             // 3 MiB snapshot chunk: about 90 MiB (docs/configuration.md, "Limits").

@@ -71,11 +71,13 @@ fn resolve_limits(cli: &Cli) -> Result<Limits, ConfigError> {
         max_pending_per_conn: cli.max_pending_per_conn.unwrap_or(dl.max_pending_per_conn),
         max_connections: cli.max_connections.unwrap_or(dl.max_connections),
         max_write_buffer_bytes: cli.max_write_buffer_bytes.unwrap_or(dl.max_write_buffer_bytes),
+        max_total_write_buffer_bytes: cli.max_total_write_buffer_bytes.unwrap_or(dl.max_total_write_buffer_bytes),
         max_peer_connections: cli.max_peer_connections.unwrap_or(dl.max_peer_connections),
         max_preauth_connections: cli.max_preauth_connections.unwrap_or(dl.max_preauth_connections),
         max_preauth_per_address: cli.max_preauth_per_address.unwrap_or(dl.max_preauth_per_address),
         max_peer_preauth_connections: cli.max_peer_preauth_connections.unwrap_or(dl.max_peer_preauth_connections),
         max_peer_preauth_per_address: cli.max_peer_preauth_per_address.unwrap_or(dl.max_peer_preauth_per_address),
+        max_snapshot_bytes: cli.max_snapshot_bytes.unwrap_or(dl.max_snapshot_bytes),
         max_peer_in_flight_bytes_per_conn: cli
             .max_peer_in_flight_bytes_per_conn
             .unwrap_or(dl.max_peer_in_flight_bytes_per_conn),
@@ -94,6 +96,7 @@ fn resolve_limits(cli: &Cli) -> Result<Limits, ConfigError> {
         ("--max-pending-per-conn", limits.max_pending_per_conn),
         ("--max-connections", limits.max_connections),
         ("--max-write-buffer-bytes", limits.max_write_buffer_bytes),
+        ("--max-total-write-buffer-bytes", limits.max_total_write_buffer_bytes),
         ("--max-peer-connections", limits.max_peer_connections),
     ] {
         if value > MAX_LIMIT {
@@ -109,6 +112,12 @@ fn resolve_limits(cli: &Cli) -> Result<Limits, ConfigError> {
     }
     if limits.max_peer_connections == 0 {
         return Err(invalid("--max-peer-connections", "must be at least 1"));
+    }
+    if !(1 << 20..=1 << 40).contains(&limits.max_snapshot_bytes) {
+        return Err(invalid(
+            "--max-snapshot-bytes",
+            format!("must be in {}-{} (1 MiB to 1 TiB), got {}", 1u64 << 20, 1u64 << 40, limits.max_snapshot_bytes),
+        ));
     }
     for (name, value) in [
         ("--max-preauth-connections", limits.max_preauth_connections),
@@ -208,11 +217,13 @@ impl Config {
             ("max_connections", d.limits.max_connections.to_string()),
             ("handshake_timeout", d.handshake_timeout.as_secs_f64().to_string()),
             ("max_write_buffer_bytes", d.limits.max_write_buffer_bytes.to_string()),
+            ("max_total_write_buffer_bytes", d.limits.max_total_write_buffer_bytes.to_string()),
             ("max_peer_connections", d.limits.max_peer_connections.to_string()),
             ("max_preauth_connections", d.limits.max_preauth_connections.to_string()),
             ("max_preauth_per_address", d.limits.max_preauth_per_address.to_string()),
             ("max_peer_preauth_connections", d.limits.max_peer_preauth_connections.to_string()),
             ("max_peer_preauth_per_address", d.limits.max_peer_preauth_per_address.to_string()),
+            ("max_snapshot_bytes", d.limits.max_snapshot_bytes.to_string()),
             ("max_peer_in_flight_bytes_per_conn", d.limits.max_peer_in_flight_bytes_per_conn.to_string()),
             ("max_peer_in_flight_bytes", d.limits.max_peer_in_flight_bytes.to_string()),
             ("peer_handshake_timeout", d.peer_handshake_timeout.as_secs_f64().to_string()),

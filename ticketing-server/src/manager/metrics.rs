@@ -59,6 +59,8 @@ pub struct LimitMetrics {
     pub client_preauth_evicted: Counter,
     /// Unauthenticated peer-port connections closed to admit a newer one (`--max-peer-preauth-*`).
     pub peer_preauth_evicted: Counter,
+    /// Snapshot chunks refused for `--max-snapshot-bytes`.
+    pub snapshot_refused: Counter,
     /// Open connections on the peer port (handshaking included).
     pub peer_connections: Gauge,
     /// Peer connections refused for `--max-peer-connections`.
@@ -108,6 +110,12 @@ impl LimitMetrics {
             "peer_preauth_evicted",
             "Unauthenticated peer-port connections closed to admit a newer one (--max-peer-preauth-*)",
             &self.peer_preauth_evicted,
+        );
+        c(
+            registry,
+            "snapshot_refused",
+            "Snapshot chunks refused: they would take the snapshot beyond --max-snapshot-bytes",
+            &self.snapshot_refused,
         );
         registry.register("peer_connections", "Open peer-port connections", self.peer_connections.clone());
         c(

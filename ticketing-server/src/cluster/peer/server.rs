@@ -297,6 +297,16 @@ async fn respond(node: &Arc<Node>, env: Envelope) -> Body {
             Body::AppendResp(raft.append_entries(req).await)
         }
         Body::SnapshotReq(req) => {
+            if !snapshot_chunk_fits(req.offset, req.data.len(), node.limits.max_snapshot_bytes) {
+                node.limits.metrics.snapshot_refused.inc();
+                warn!(
+                    offset = req.offset,
+                    len = req.data.len(),
+                    max = node.limits.max_snapshot_bytes,
+                    "snapshot chunk refused: it would take the snapshot beyond --max-snapshot-bytes"
+                );
+                return Body::Refused(Refusal::Unsupported);
+            }
             if let Some(d) = env.domain {
                 node.adopt_domain(d);
             }
@@ -323,5 +333,26 @@ async fn respond(node: &Arc<Node>, env: Envelope) -> Body {
         | Body::StatusResp(_)
         | Body::BootstrapResp(_)
         | Body::Refused(_) => Body::Refused(Refusal::Unsupported),
+    }
+}
+
+/// Whether a snapshot chunk of `len` bytes at `offset` stays within `max`
+/// bytes: the receive buffer grows to `offset + len`, so this bounds what a
+/// sender (even one with the peer token) can make this node allocate.
+fn snapshot_chunk_fits(offset: u64, len: usize, max: u64) -> bool {
+    offset.checked_add(len as u64).is_some_and(|end| end <= max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::snapshot_chunk_fits;
+
+    #[test]
+    fn snapshot_chunks_stay_within_the_bound() {
+        assert!(snapshot_chunk_fits(0, 1024, 1024));
+        assert!(snapshot_chunk_fits(1000, 24, 1024));
+        assert!(!snapshot_chunk_fits(1000, 25, 1024));
+        assert!(!snapshot_chunk_fits(u64::MAX, 1, 1 << 30), "no overflow");
+        assert!(!snapshot_chunk_fits(1 << 40, 0, 1 << 30), "an offset far beyond is refused even without data");
     }
 }
