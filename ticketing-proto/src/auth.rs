@@ -99,6 +99,12 @@ pub enum Label {
     PeerClient,
     /// `ticketing/1 peer-server` — the accepting node's proof on the peer port.
     PeerServer,
+    /// `ticketing/1 peer-frames-dialer ` — the key of the frames the dialing
+    /// node sends after the handshake ([`FrameMac`]).
+    PeerFramesDialer,
+    /// `ticketing/1 peer-frames-acceptor ` — the key of the frames the
+    /// accepting node sends.
+    PeerFramesAcceptor,
 }
 
 impl Label {
@@ -108,6 +114,8 @@ impl Label {
             Label::Server => b"ticketing/1 server ",
             Label::PeerClient => b"ticketing/1 peer-client ",
             Label::PeerServer => b"ticketing/1 peer-server ",
+            Label::PeerFramesDialer => b"ticketing/1 peer-frames-dialer ",
+            Label::PeerFramesAcceptor => b"ticketing/1 peer-frames-acceptor ",
         }
     }
 }
@@ -160,6 +168,72 @@ pub fn check_client<T: AsRef<[u8]>>(
         }
     }
     found.map(Some)
+}
+
+/// Bytes of the tag after every peer frame ([`FrameMac`]).
+pub const FRAME_TAG_LEN: usize = 16;
+
+/// The integrity of one direction of a peer connection after its handshake
+/// (docs/cluster-protocol.md, "Frame integrity"): every frame is followed by
+/// `HMAC-SHA256(key, seq_be64 ‖ frame)[..16]`, where the key is derived from
+/// the peer token and both handshake nonces (one key per direction) and
+/// `seq` counts the frames of that direction from 0. Both sides count, so a
+/// forged, altered, replayed, reordered or dropped frame fails its tag.
+pub struct FrameMac {
+    key: [u8; 32],
+    seq: u64,
+}
+
+impl fmt::Debug for FrameMac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FrameMac").field("key", &"<redacted>").field("seq", &self.seq).finish()
+    }
+}
+
+impl Drop for FrameMac {
+    fn drop(&mut self) {
+        self.key.zeroize();
+    }
+}
+
+impl FrameMac {
+    /// The two directions' MACs of a connection whose handshake used
+    /// `token`, `snonce` and `cnonce`: (frames the dialer sends, frames the
+    /// acceptor sends).
+    pub fn pair(token: &[u8], snonce: &Hex32, cnonce: &Hex32) -> (FrameMac, FrameMac) {
+        let key = |label| mac(token, label, snonce, cnonce).0;
+        (
+            FrameMac { key: key(Label::PeerFramesDialer), seq: 0 },
+            FrameMac { key: key(Label::PeerFramesAcceptor), seq: 0 },
+        )
+    }
+
+    fn compute(&self, frame: &[u8]) -> [u8; FRAME_TAG_LEN] {
+        let mut m = <HmacSha256 as Mac>::new_from_slice(&self.key).unwrap_or_else(|_| unreachable!());
+        m.update(&self.seq.to_be_bytes());
+        m.update(frame);
+        let full = m.finalize().into_bytes();
+        let mut tag = [0u8; FRAME_TAG_LEN];
+        tag.copy_from_slice(&full[..FRAME_TAG_LEN]);
+        tag
+    }
+
+    /// The tag of the next frame sent (`frame`: its length prefix and body).
+    pub fn seal(&mut self, frame: &[u8]) -> [u8; FRAME_TAG_LEN] {
+        let tag = self.compute(frame);
+        self.seq += 1;
+        tag
+    }
+
+    /// Whether `tag` is the tag of the next frame received (compared in
+    /// constant time); only a good frame advances the count.
+    pub fn open(&mut self, frame: &[u8], tag: &[u8]) -> bool {
+        let ok = bool::from(self.compute(frame).ct_eq(tag));
+        if ok {
+            self.seq += 1;
+        }
+        ok
+    }
 }
 
 #[cfg(test)]
@@ -240,5 +314,33 @@ mod tests {
         let s2 = nonce(&mut Counter(9));
         assert_eq!(check_client(&tokens, Label::Client, &s2, &c, &good), None);
         assert!(verify(b"new", Label::Client, &s, &c, &good));
+    }
+
+    #[test]
+    fn frame_macs_catch_forged_replayed_and_reordered_frames() {
+        let (s, c) = (nonce(&mut Counter(1)), nonce(&mut Counter(2)));
+        // Each side derives both keys; the dialer seals with the first, the
+        // acceptor opens the dialer's frames with its own copy of the first.
+        let (mut dialer_sends, mut acceptor_sends) = FrameMac::pair(b"peer-token", &s, &c);
+        let (mut acceptor_reads, mut dialer_reads) = FrameMac::pair(b"peer-token", &s, &c);
+        let t0 = dialer_sends.seal(b"frame zero");
+        let t1 = dialer_sends.seal(b"frame one");
+        assert!(!acceptor_reads.open(b"frame one", &t1), "reordered");
+        assert!(!acceptor_reads.open(b"frame zero", &t1), "another frame's tag");
+        assert!(!acceptor_reads.open(b"frame zerO", &t0), "altered");
+        assert!(acceptor_reads.open(b"frame zero", &t0));
+        assert!(!acceptor_reads.open(b"frame zero", &t0), "replayed");
+        assert!(acceptor_reads.open(b"frame one", &t1));
+        // One key per direction: an acceptor's tag is not a dialer's.
+        let a0 = acceptor_sends.seal(b"answer");
+        let mut other_direction = FrameMac::pair(b"peer-token", &s, &c).0;
+        assert!(!other_direction.open(b"answer", &a0), "the other direction's key");
+        assert!(dialer_reads.open(b"answer", &a0));
+        // Another token or another handshake: other keys.
+        let mut other_token = FrameMac::pair(b"other-token", &s, &c).1;
+        let mut other_nonces = FrameMac::pair(b"peer-token", &c, &s).1;
+        let a1 = acceptor_sends.seal(b"x");
+        assert!(!other_token.open(b"x", &a1) && !other_nonces.open(b"x", &a1));
+        assert!(format!("{acceptor_sends:?}").contains("<redacted>"));
     }
 }

@@ -8,10 +8,9 @@ mod cluster_common;
 use cluster_common::*;
 use openraft::raft::VoteRequest;
 use openraft::Vote;
-use std::io::Write;
 use std::time::{Duration, Instant};
 use ticketing_server::cluster::types::{DomainId, NodeId};
-use ticketing_server::cluster::wire::{encode, Body, Envelope, VERSION};
+use ticketing_server::cluster::wire::{Body, Envelope, VERSION};
 
 /// openraft's leader lease: `--election-timeout-max-ms`.
 const MAX_MS: u64 = 1600;
@@ -50,7 +49,7 @@ fn a_follower_with_the_longer_log_campaigns_at_once() {
     // last heartbeat), well before their own timers (MAX_MS + MIN_MS).
     std::thread::sleep(Duration::from_millis(MAX_MS + 300));
 
-    let (mut s, mut r) = peer_authed(c.nodes[b].peer);
+    let mut link = peer_link(c.nodes[b].peer);
     let candidate = Vote::new(term + 1, NodeId(7));
     let env = Envelope {
         v: VERSION,
@@ -59,9 +58,9 @@ fn a_follower_with_the_longer_log_campaigns_at_once() {
         domain: Some(domain),
         body: Body::VoteReq(VoteRequest::new(candidate, None)),
     };
-    s.write_all(&encode(&env).unwrap()).unwrap();
+    link.send(&env);
     let asked = Instant::now();
-    match peer_read_frame(&mut r).body {
+    match link.read().body {
         Body::VoteResp(Ok(resp)) => assert!(!resp.vote_granted, "a candidate with an empty log is refused: {resp:?}"),
         other => panic!("not a vote answer: {other:?}"),
     }

@@ -198,7 +198,7 @@ fn the_peer_token_never_leaks() {
     let mut r = BufReader::new(s);
     let mut greeting = String::new();
     r.read_line(&mut greeting).unwrap();
-    let snonce = Hex32::parse(greeting.trim_end().strip_prefix("TICKETING-PEER 2 ").unwrap().as_bytes()).unwrap();
+    let snonce = Hex32::parse(greeting.trim_end().strip_prefix("TICKETING-PEER 3 ").unwrap().as_bytes()).unwrap();
     let cnonce = nonce(&mut rand_core::OsRng);
     let bad = mac(b"wrong-peer-token", Label::PeerClient, &snonce, &cnonce);
     w.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), bad.to_hex_string()).as_bytes()).unwrap();

@@ -101,10 +101,18 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> PeerStream for T {}
 /// Writes the frames queued for one outgoing connection: every frame queued
 /// by the time the writer wakes goes out in one write (up to
 /// [`WRITE_BATCH`] bytes), then one flush.
-async fn write_batches<W: AsyncWrite + Unpin>(rx: &mut mpsc::Receiver<Vec<u8>>, w: &mut W) -> std::io::Result<()> {
+async fn write_batches<W: AsyncWrite + Unpin>(
+    rx: &mut mpsc::Receiver<Vec<u8>>,
+    w: &mut W,
+    mut mac: Option<ticketing_proto::auth::FrameMac>,
+) -> std::io::Result<()> {
     let mut frames = Vec::with_capacity(64);
     let mut batch = Vec::with_capacity(16 * 1024);
     while rx.recv_many(&mut frames, 64).await > 0 {
+        // Tags in the order the frames are written (the sequence both sides count).
+        for frame in &mut frames {
+            wire::seal(frame, 0, mac.as_mut());
+        }
         let mut queued = frames.drain(..);
         while let Some(first) = queued.next() {
             if first.len() >= WRITE_BATCH {
@@ -283,7 +291,7 @@ impl Pool {
         let token = tokens.first().cloned();
         drop(tokens);
         let proof = token.as_ref().map(|t| t.expose());
-        let (peer_id, _domain) =
+        let (peer_id, _domain, macs) =
             wire::dial_handshake(&mut r, &mut w, proof, self.node.domain()).await.map_err(|e| match e {
                 // With TLS 1.3 the acceptor checks our certificate after our side of the TLS handshake is done.
                 WireError::Io(_) | WireError::Disconnected if tls.is_some() => {
@@ -302,13 +310,17 @@ impl Pool {
             next_id: AtomicU64::new(1),
         });
         let alive_w = alive.clone();
+        let (send_mac, recv_mac) = match macs {
+            Some(m) => (Some(m.send), Some(m.recv)),
+            None => (None, None),
+        };
         tokio::spawn(async move {
-            let _ = write_batches(&mut rx, &mut w).await;
+            let _ = write_batches(&mut rx, &mut w, send_mac).await;
             alive_w.store(false, Ordering::Release);
         });
         let frame_timeout = self.node.limits.frame_timeout;
         tokio::spawn(async move {
-            let mut reader = wire::FrameReader::new(r);
+            let mut reader = wire::FrameReader::new(r).with_mac(recv_mac);
             while let Ok(Some(env)) = reader.next(frame_timeout).await {
                 if let Some(waiter) = lock(&pending).remove(&env.id) {
                     let _ = waiter.send(env);

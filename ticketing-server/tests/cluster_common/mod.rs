@@ -254,12 +254,52 @@ pub fn peer_connect(port: u16) -> (TcpStream, BufReader<TcpStream>, ticketing_pr
     let mut r = BufReader::new(s.try_clone().unwrap());
     let mut greeting = String::new();
     r.read_line(&mut greeting).unwrap();
-    let snonce = greeting.trim_end().strip_prefix("TICKETING-PEER 2 ").unwrap_or_else(|| panic!("{greeting:?}"));
+    let snonce = greeting.trim_end().strip_prefix("TICKETING-PEER 3 ").unwrap_or_else(|| panic!("{greeting:?}"));
     (s, r, ticketing_proto::Hex32::parse(snonce.as_bytes()).unwrap())
 }
 
+/// A peer link opened with the peer token [`PEER_TOKEN`]: the socket, its
+/// reader, and the frame tags of both directions (docs/cluster-protocol.md,
+/// "Frame integrity").
+pub struct PeerLink {
+    pub s: TcpStream,
+    pub r: BufReader<TcpStream>,
+    /// Seals the frames this side sends.
+    pub send: ticketing_proto::auth::FrameMac,
+    /// Opens the frames the node sends.
+    pub recv: ticketing_proto::auth::FrameMac,
+}
+
+impl PeerLink {
+    /// Sends `env` as one tagged frame.
+    pub fn send(&mut self, env: &ticketing_server::cluster::wire::Envelope) {
+        let bytes = self.sealed(env);
+        self.s.write_all(&bytes).unwrap();
+    }
+
+    /// The bytes of `env` as the next tagged frame (counted as sent).
+    pub fn sealed(&mut self, env: &ticketing_server::cluster::wire::Envelope) -> Vec<u8> {
+        let mut bytes = ticketing_server::cluster::wire::encode(env).unwrap();
+        ticketing_server::cluster::wire::seal(&mut bytes, 0, Some(&mut self.send));
+        bytes
+    }
+
+    /// Reads one tagged frame; panics if its tag is wrong.
+    pub fn read(&mut self) -> ticketing_server::cluster::wire::Envelope {
+        let mut frame = vec![0u8; 4];
+        self.r.read_exact(&mut frame).unwrap();
+        let n = u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as usize;
+        frame.resize(4 + n, 0);
+        self.r.read_exact(&mut frame[4..]).unwrap();
+        let mut tag = [0u8; ticketing_proto::auth::FRAME_TAG_LEN];
+        self.r.read_exact(&mut tag).unwrap();
+        assert!(self.recv.open(&frame, &tag), "the node's frame has a bad tag");
+        ticketing_server::cluster::wire::decode_body(&frame[4..]).unwrap()
+    }
+}
+
 /// Connects and completes the handshake with the peer token [`PEER_TOKEN`].
-pub fn peer_authed(port: u16) -> (TcpStream, BufReader<TcpStream>) {
+pub fn peer_link(port: u16) -> PeerLink {
     let (mut s, mut r, snonce) = peer_connect(port);
     let cnonce = ticketing_proto::auth::nonce(&mut rand_core::OsRng);
     let good =
@@ -268,16 +308,15 @@ pub fn peer_authed(port: u16) -> (TcpStream, BufReader<TcpStream>) {
     let mut line = String::new();
     r.read_line(&mut line).unwrap();
     assert!(line.starts_with("OK "), "{line:?}");
-    (s, r)
+    let (send, recv) = ticketing_proto::auth::FrameMac::pair(PEER_TOKEN.as_bytes(), &snonce, &cnonce);
+    PeerLink { s, r, send, recv }
 }
 
-/// Reads one length-prefixed peer-protocol frame (docs/cluster-protocol.md) and decodes it.
-pub fn peer_read_frame(r: &mut BufReader<TcpStream>) -> ticketing_server::cluster::wire::Envelope {
-    let mut len = [0u8; 4];
-    r.read_exact(&mut len).unwrap();
-    let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
-    r.read_exact(&mut buf).unwrap();
-    ticketing_server::cluster::wire::decode_body(&buf).unwrap()
+/// Connects and completes the handshake with the peer token [`PEER_TOKEN`]
+/// (for tests that send raw bytes: its frames would need [`peer_link`]'s tags).
+pub fn peer_authed(port: u16) -> (TcpStream, BufReader<TcpStream>) {
+    let link = peer_link(port);
+    (link.s, link.r)
 }
 
 /// True once the server has closed the connection (EOF or reset) within the read timeout.

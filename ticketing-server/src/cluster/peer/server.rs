@@ -88,8 +88,8 @@ async fn serve_conn(
         }
     };
     drop(preauth);
-    let Some((r, w)) = shaken? else { return Ok(()) };
-    serve_frames(r, w, from, &node).await.inspect_err(|e| {
+    let Some((r, w, macs)) = shaken? else { return Ok(()) };
+    serve_frames(r, w, macs, from, &node).await.inspect_err(|e| {
         if matches!(e, WireError::Protocol(_) | WireError::Timeout) {
             node.limits.metrics.peer_bad_frames.inc();
         }
@@ -97,7 +97,11 @@ async fn serve_conn(
 }
 
 /// The read and write halves of an authenticated peer connection.
-type Halves = (BufReader<tokio::io::ReadHalf<Box<dyn PeerStream>>>, tokio::io::WriteHalf<Box<dyn PeerStream>>);
+type Halves = (
+    BufReader<tokio::io::ReadHalf<Box<dyn PeerStream>>>,
+    tokio::io::WriteHalf<Box<dyn PeerStream>>,
+    Option<wire::Macs>,
+);
 
 /// TLS (if on) and the peer handshake; `None`: refused (logged).
 async fn handshake(stream: TcpStream, from: SocketAddr, node: &Node) -> Result<Option<Halves>, WireError> {
@@ -119,8 +123,8 @@ async fn handshake(stream: TcpStream, from: SocketAddr, node: &Node) -> Result<O
         }
     };
     drop(tokens);
-    match shaken {
-        Ok(()) => {}
+    let macs = match shaken {
+        Ok(macs) => macs,
         // The handshake's own read limit answered `E handshake_timeout`.
         Err(WireError::Timeout) => {
             limits.metrics.peer_handshake_timeouts.inc();
@@ -134,8 +138,8 @@ async fn handshake(stream: TcpStream, from: SocketAddr, node: &Node) -> Result<O
             warn!(%from, error = %other, "peer refused: handshake failed");
             return Ok(None);
         }
-    }
-    Ok(Some((r, w)))
+    };
+    Ok(Some((r, w, macs)))
 }
 
 /// Request bytes of one accepted connection, counted against its budget
@@ -199,7 +203,13 @@ impl Drop for Held<'_> {
 /// connection's request bytes in flight over `--max-peer-in-flight-bytes-per-conn`,
 /// or the node's over `--max-peer-in-flight-bytes`, closes the connection
 /// (logged, `ticketing_peer_budget_closed_total`).
-async fn serve_frames<R, W>(r: R, mut w: W, from: SocketAddr, node: &Arc<Node>) -> Result<(), WireError>
+async fn serve_frames<R, W>(
+    r: R,
+    mut w: W,
+    macs: Option<wire::Macs>,
+    from: SocketAddr,
+    node: &Arc<Node>,
+) -> Result<(), WireError>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -208,7 +218,11 @@ where
     // Declared before `running`: dropped after every `Held` in it.
     let budget = Budget::new(&node.limits);
     let mut admit = |n| budget.admit(n);
-    let mut reader = wire::FrameReader::new(r);
+    let (mut send_mac, recv_mac) = match macs {
+        Some(m) => (Some(m.send), Some(m.recv)),
+        None => (None, None),
+    };
+    let mut reader = wire::FrameReader::new(r).with_mac(recv_mac);
     let mut running = FuturesUnordered::new();
     let mut out: Vec<u8> = Vec::with_capacity(4096);
     // Bytes were written since the last flush (TLS may hold some back).
@@ -223,8 +237,10 @@ where
             biased;
             Some((id, body)) = running.next(), if !running.is_empty() => {
                 let answer = Envelope { v: VERSION, id, to: node.id, domain: node.domain(), body };
-                if let Err(e) = wire::encode_into(&answer, &mut out) {
-                    warn!(error = %e, "cannot encode a peer answer");
+                let start = out.len();
+                match wire::encode_into(&answer, &mut out) {
+                    Ok(()) => wire::seal(&mut out, start, send_mac.as_mut()),
+                    Err(e) => warn!(error = %e, "cannot encode a peer answer"),
                 }
             }
             written = std::future::poll_fn(|cx| {

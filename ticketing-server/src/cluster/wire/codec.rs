@@ -3,6 +3,7 @@
 use super::{Envelope, Violation, WireError, MAX_BODY};
 use bytes::{Buf, BytesMut};
 use std::time::Duration;
+use ticketing_proto::auth::{FrameMac, FRAME_TAG_LEN};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::Instant;
 
@@ -43,6 +44,15 @@ pub fn encode_into(env: &Envelope, out: &mut Vec<u8>) -> Result<(), WireError> {
     Ok(())
 }
 
+/// Appends the tag of the frame that starts at `start` of `out` (its length
+/// prefix and body, just encoded), when the link has frame tags.
+pub fn seal(out: &mut Vec<u8>, start: usize, mac: Option<&mut FrameMac>) {
+    if let Some(mac) = mac {
+        let tag = mac.seal(&out[start..]);
+        out.extend_from_slice(&tag);
+    }
+}
+
 /// Encodes one frame (length prefix + postcard body).
 pub fn encode(env: &Envelope) -> Result<Vec<u8>, WireError> {
     let mut out = Vec::with_capacity(128);
@@ -79,6 +89,9 @@ pub struct FrameReader<R> {
     deadline: Option<Instant>,
     /// The started frame's length was admitted (`next_admitted`).
     admitted: bool,
+    /// The frame tags of a token-authenticated link: every frame is
+    /// followed by its tag, checked before the body is decoded.
+    mac: Option<FrameMac>,
 }
 
 /// What [`FrameReader::next_admitted`] read. (Returned by value once per
@@ -101,7 +114,13 @@ const READ_CHUNK: usize = 64 * 1024;
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// Reads frames from `r`.
     pub fn new(r: R) -> FrameReader<R> {
-        FrameReader { r, buf: BytesMut::with_capacity(8 * 1024), deadline: None, admitted: false }
+        FrameReader { r, buf: BytesMut::with_capacity(8 * 1024), deadline: None, admitted: false, mac: None }
+    }
+
+    /// Checks every frame's tag with `mac` (`None`: the link has no tags).
+    pub fn with_mac(mut self, mac: Option<FrameMac>) -> FrameReader<R> {
+        self.mac = mac;
+        self
     }
 
     /// The next frame; `Ok(None)` at a clean end of stream between frames.
@@ -159,9 +178,15 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 }
                 self.admitted = true;
             }
-            if self.buf.len() >= 4 + n {
+            let tag = if self.mac.is_some() { FRAME_TAG_LEN } else { 0 };
+            if self.buf.len() >= 4 + n + tag {
+                if let Some(mac) = &mut self.mac {
+                    if !mac.open(&self.buf[..4 + n], &self.buf[4 + n..4 + n + tag]) {
+                        return Err(Violation::BadTag.into());
+                    }
+                }
                 let env = decode_body(&self.buf[4..4 + n]);
-                self.buf.advance(4 + n);
+                self.buf.advance(4 + n + tag);
                 self.admitted = false;
                 self.deadline = None;
                 if self.buf.is_empty() && self.buf.capacity() > 4 * READ_CHUNK {
@@ -170,7 +195,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 }
                 return env.map(|env| Taken::Frame(env, n));
             }
-            4 + n - self.buf.len()
+            4 + n + tag - self.buf.len()
         } else {
             16 * 1024
         };

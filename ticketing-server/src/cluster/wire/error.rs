@@ -64,6 +64,9 @@ pub enum Violation {
     BadMessage(postcard::Error),
     /// Bytes left over after the envelope.
     TrailingBytes(usize),
+    /// A frame whose tag does not match (docs/cluster-protocol.md, "Frame
+    /// integrity"): forged, altered, replayed, reordered, or after a lost frame.
+    BadTag,
     /// The stream ended inside a frame.
     CutFrame,
     /// A handshake line of 512 bytes without LF.
@@ -98,6 +101,9 @@ impl fmt::Display for Violation {
             Violation::FrameLength(n) => write!(f, "frame length {n} out of range 1..=16MiB"),
             Violation::BadMessage(e) => write!(f, "bad message: {e}"),
             Violation::TrailingBytes(n) => write!(f, "bad message: {n} bytes after the envelope"),
+            Violation::BadTag => {
+                f.write_str("bad frame tag: a forged, altered, replayed or reordered frame (the link is closed)")
+            }
             Violation::CutFrame => f.write_str("stream ended inside a frame"),
             Violation::LineTooLong => f.write_str("handshake line too long"),
             Violation::MalformedLine(line) => write!(f, "malformed handshake line \"{line}\""),

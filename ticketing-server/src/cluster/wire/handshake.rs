@@ -3,7 +3,7 @@
 use super::{HandshakeRefusal, RefusalCode, Violation, WireError, VERSION};
 use crate::cluster::types::{DomainId, NodeId};
 use std::time::Duration;
-use ticketing_proto::auth::{self, Label, Secret};
+use ticketing_proto::auth::{self, FrameMac, Label, Secret};
 use ticketing_proto::frame::{decode_client, line_fields};
 use ticketing_proto::limits::MAX_FRAME;
 use ticketing_proto::{ClientFrame, Hex32};
@@ -48,12 +48,22 @@ fn domain_text(d: Option<DomainId>) -> String {
     d.map(|d| d.to_string()).unwrap_or_else(|| "-".to_owned())
 }
 
+/// The frame tags of a link authenticated by a peer token: the MAC of the
+/// frames this side sends and of those it receives.
+#[derive(Debug)]
+pub struct Macs {
+    /// Seals the frames this side sends.
+    pub send: FrameMac,
+    /// Opens the frames this side receives.
+    pub recv: FrameMac,
+}
+
 /// Accepting side: greeting, AUTH check with the peer tokens (any of them),
 /// `OK <domain|-> <node_id> <smac>` with the matching one. `tokens: None`:
 /// no token is checked (the peers authenticate by mutual TLS alone, or
 /// deliberately not at all): any well-formed AUTH is accepted and the proof
 /// is all zeros, which a dialer with a token refuses. `Some(&[])` accepts
-/// no peer.
+/// no peer. Returns the frame tags' keys when a token was checked.
 pub async fn accept_handshake<R, W>(
     r: &mut R,
     w: &mut W,
@@ -61,7 +71,7 @@ pub async fn accept_handshake<R, W>(
     own_id: NodeId,
     domain: Option<DomainId>,
     limit: Duration,
-) -> Result<(), WireError>
+) -> Result<Option<Macs>, WireError>
 where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -92,8 +102,8 @@ where
         let _ = w.write_all(b"E bad_frame\n").await;
         return Err(Violation::ExpectedAuth(escaped(&line[..line.len().min(80)])).into());
     };
-    let smac = match tokens {
-        None => Hex32([0; 32]),
+    let (smac, macs) = match tokens {
+        None => (Hex32([0; 32]), None),
         Some(tokens) => {
             let Some(token) =
                 tokens.iter().find(|t| auth::verify(t.expose(), Label::PeerClient, &snonce, &cnonce, &cmac))
@@ -102,25 +112,29 @@ where
                 let _ = w.flush().await;
                 return Err(HandshakeRefusal::AuthFailed.into());
             };
-            auth::mac(token.expose(), Label::PeerServer, &snonce, &cnonce)
+            let (dialer, acceptor) = FrameMac::pair(token.expose(), &snonce, &cnonce);
+            (
+                auth::mac(token.expose(), Label::PeerServer, &snonce, &cnonce),
+                Some(Macs { send: acceptor, recv: dialer }),
+            )
         }
     };
     w.write_all(format!("OK {} {own_id} {}\n", domain_text(domain), smac.to_hex_string()).as_bytes()).await?;
     w.flush().await?;
-    Ok(())
+    Ok(macs)
 }
 
 /// Dialing side: answers the greeting, verifies the acceptor's proof, and
 /// refuses an acceptor of another domain (`E wrong_domain`). Returns the
 /// acceptor's NodeId and domain. `token: None`: no token (mutual TLS alone,
 /// or deliberately unauthenticated): the MAC sent is all zeros and the
-/// acceptor's proof is not checked.
+/// acceptor's proof is not checked. With a token, also the frame tags' keys.
 pub async fn dial_handshake<R, W>(
     r: &mut R,
     w: &mut W,
     token: Option<&[u8]>,
     own_domain: Option<DomainId>,
-) -> Result<(NodeId, Option<DomainId>), WireError>
+) -> Result<(NodeId, Option<DomainId>, Option<Macs>), WireError>
 where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin,
@@ -163,7 +177,11 @@ where
                     return Err(HandshakeRefusal::WrongDomain { ours: mine, theirs }.into());
                 }
             }
-            Ok((id, domain))
+            let macs = token.map(|t| {
+                let (dialer, acceptor) = FrameMac::pair(t, &snonce, &cnonce);
+                Macs { send: dialer, recv: acceptor }
+            });
+            Ok((id, domain, macs))
         }
         ["E", code, detail @ ..] => {
             Err(HandshakeRefusal::ByPeer { code: RefusalCode::parse(code), detail: detail.join(" ") }.into())

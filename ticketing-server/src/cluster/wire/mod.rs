@@ -28,13 +28,16 @@ mod messages;
 #[cfg(test)]
 mod tests;
 
+pub use codec::seal;
 pub use codec::{decode_body, encode, encode_into, read_frame, FrameReader, Read};
 pub use error::{HandshakeRefusal, RefusalCode, TlsFailure, Violation, WireError};
-pub use handshake::{accept_handshake, dial_handshake};
+pub use handshake::{accept_handshake, dial_handshake, Macs};
 pub use messages::{Body, BootstrapAnswer, Envelope, JoinAnswer, JoinRequest, PeerStatus, Refusal};
 
 /// Version of the peer protocol: the number in the greeting and every
-/// envelope's `v`. Version 1 carried JSON frames; 2 carries postcard.
-pub const VERSION: u8 = 2;
+/// envelope's `v`. Version 1 carried JSON frames; 2 carries postcard; 3
+/// follows every frame of a token-authenticated link with its tag
+/// (docs/cluster-protocol.md, "Frame integrity").
+pub const VERSION: u8 = 3;
 /// Largest frame body.
 pub const MAX_BODY: usize = 16 * 1024 * 1024;

@@ -160,9 +160,9 @@ fn every_message_round_trips() {
 fn frame_layout() {
     let env = Envelope { v: VERSION, id: 7, to: NodeId(42), domain: Some(DomainId(5)), body: Body::StatusReq };
     // v, id, to (varints), domain: Some + u128 varint, body: variant 4 (StatusReq).
-    assert_eq!(encode(&env).unwrap(), [0, 0, 0, 6, 2, 7, 42, 1, 5, 4]);
+    assert_eq!(encode(&env).unwrap(), [0, 0, 0, 6, VERSION, 7, 42, 1, 5, 4]);
     let env = Envelope { v: VERSION, id: 300, to: NodeId(1), domain: None, body: Body::StatusReq };
-    assert_eq!(encode(&env).unwrap(), [0, 0, 0, 6, 2, 0xac, 0x02, 1, 0, 4]);
+    assert_eq!(encode(&env).unwrap(), [0, 0, 0, 6, VERSION, 0xac, 0x02, 1, 0, 4]);
 }
 
 #[test]
@@ -365,7 +365,7 @@ async fn pair(
     client_token: Option<&'static [u8]>,
     server_domain: Option<DomainId>,
     client_domain: Option<DomainId>,
-) -> (Result<(), WireError>, Result<(NodeId, Option<DomainId>), WireError>) {
+) -> (Result<bool, WireError>, Result<(NodeId, Option<DomainId>, bool), WireError>) {
     let (a, b) = duplex(4096);
     let (ar, mut aw) = split(a);
     let (br, mut bw) = split(b);
@@ -378,17 +378,18 @@ async fn pair(
     let c = dial_handshake(&mut br, &mut bw, client_token, client_domain).await;
     drop(bw);
     drop(br);
-    (server.await.unwrap(), c)
+    // `true`: the link has frame tags.
+    (server.await.unwrap().map(|m| m.is_some()), c.map(|(id, d, m)| (id, d, m.is_some())))
 }
 
 #[tokio::test]
 async fn handshake_paths() {
     let (s, c) = pair(Some(b"t"), Some(b"t"), Some(DomainId(1)), None).await;
-    assert_eq!(s, Ok(()));
-    assert_eq!(c, Ok((NodeId(99), Some(DomainId(1)))));
-    // No token on either side (peer TLS alone, or the opt-out): accepted.
+    assert_eq!(s, Ok(true));
+    assert_eq!(c, Ok((NodeId(99), Some(DomainId(1)), true)));
+    // No token on either side (peer TLS alone, or the opt-out): accepted, no tags.
     let (s, c) = pair(None, None, None, Some(DomainId(3))).await;
-    assert_eq!((s, c), (Ok(()), Ok((NodeId(99), None))));
+    assert_eq!((s, c), (Ok(false), Ok((NodeId(99), None, false))));
     let (s, c) = pair(Some(b"t"), Some(b"u"), None, None).await;
     assert_eq!(s, Err(WireError::Refused(HandshakeRefusal::AuthFailed)));
     let by_acceptor = HandshakeRefusal::ByPeer { code: RefusalCode::AuthFailed, detail: String::new() };
@@ -424,10 +425,10 @@ async fn the_empty_key_opens_nothing() {
             accept_handshake(&mut ar, &mut aw, Some(&tokens), NodeId(5), None, Duration::from_secs(2)).await
         });
         let mut br = BufReader::new(br);
-        let c = dial_handshake(&mut br, &mut bw, Some(b""), None).await;
+        let c = dial_handshake(&mut br, &mut bw, Some(b""), None).await.map(|(id, d, _)| (id, d));
         let by_acceptor = HandshakeRefusal::ByPeer { code: RefusalCode::AuthFailed, detail: String::new() };
         assert_eq!(c, Err(WireError::Refused(by_acceptor)));
-        assert_eq!(server.await.unwrap(), Err(WireError::Refused(HandshakeRefusal::AuthFailed)));
+        assert_eq!(server.await.unwrap().map(|_| ()), Err(WireError::Refused(HandshakeRefusal::AuthFailed)));
     }
 }
 
@@ -446,10 +447,10 @@ async fn another_peer_protocol_version_is_refused_with_a_reason() {
     let (br, mut bw) = split(b);
     let mut br = BufReader::new(br);
     let got = dial_handshake(&mut br, &mut bw, Some(b"t"), None).await;
-    assert_eq!(got, Err(WireError::Refused(HandshakeRefusal::WrongVersion { theirs: "1".into() })));
+    assert_eq!(got.as_ref().err(), Some(&WireError::Refused(HandshakeRefusal::WrongVersion { theirs: "1".into() })));
     assert!(got.unwrap_err().to_string().contains("wrong_version"));
     // The old acceptor is told why (it logs the line it got instead of AUTH).
-    assert_eq!(old_acceptor.await.unwrap(), "E wrong_version: this node speaks peer protocol 2\n");
+    assert_eq!(old_acceptor.await.unwrap(), format!("E wrong_version: this node speaks peer protocol {VERSION}\n"));
 
     // An acceptor of this version meets a dialer that refuses its greeting…
     let (a, b) = duplex(4096);
@@ -462,12 +463,12 @@ async fn another_peer_protocol_version_is_refused_with_a_reason() {
     let mut br = BufReader::new(br);
     let mut greeting = String::new();
     br.read_line(&mut greeting).await.unwrap();
-    assert!(greeting.starts_with("TICKETING-PEER 2 "), "{greeting}");
+    assert!(greeting.starts_with("TICKETING-PEER 3 "), "{greeting}");
     bw.write_all(b"E wrong_version: this node speaks peer protocol 3\n").await.unwrap();
     let got = acceptor.await.unwrap();
     let by_dialer =
         HandshakeRefusal::ByPeer { code: RefusalCode::WrongVersion, detail: "this node speaks peer protocol 3".into() };
-    assert_eq!(got, Err(WireError::Refused(by_dialer)));
+    assert_eq!(got.as_ref().err(), Some(&WireError::Refused(by_dialer)));
 
     // …or closes at it without a word (what a version-1 node does).
     let (a, b) = duplex(4096);
@@ -481,7 +482,7 @@ async fn another_peer_protocol_version_is_refused_with_a_reason() {
     b.read_line(&mut greeting).await.unwrap();
     drop(b);
     let got = acceptor.await.unwrap();
-    assert_eq!(got, Err(WireError::Protocol(Violation::NoAuth)));
+    assert_eq!(got.as_ref().err(), Some(&WireError::Protocol(Violation::NoAuth)));
     assert!(got.unwrap_err().to_string().contains("peer protocol version"));
 }
 
@@ -497,7 +498,42 @@ async fn during_a_rotation_both_tokens_are_accepted_and_the_proof_uses_the_match
             accept_handshake(&mut ar, &mut aw, Some(&tokens), NodeId(7), None, Duration::from_secs(2)).await
         });
         let mut br = BufReader::new(br);
-        assert_eq!(dial_handshake(&mut br, &mut bw, Some(dialer), None).await, Ok((NodeId(7), None)));
-        assert_eq!(server.await.unwrap(), Ok(()));
+        let dialed = dial_handshake(&mut br, &mut bw, Some(dialer), None).await;
+        assert_eq!(dialed.map(|(id, d, m)| (id, d, m.is_some())), Ok((NodeId(7), None, true)));
+        assert_eq!(server.await.unwrap().map(|m| m.is_some()), Ok(true));
     }
+}
+
+#[tokio::test]
+async fn tagged_frames_round_trip_and_a_bad_tag_is_a_violation() {
+    use ticketing_proto::auth::FrameMac;
+    let (s, c) = (ticketing_proto::Hex32([1; 32]), ticketing_proto::Hex32([2; 32]));
+    let (mut send, _) = FrameMac::pair(b"t", &s, &c);
+    let (recv, _) = FrameMac::pair(b"t", &s, &c);
+    let mut stream = Vec::new();
+    for id in 1..=3 {
+        let start = stream.len();
+        let env = Envelope { v: VERSION, id, to: NodeId(9), domain: None, body: Body::StatusReq };
+        encode_into(&env, &mut stream).unwrap();
+        super::seal(&mut stream, start, Some(&mut send));
+    }
+    let mut reader = FrameReader::new(&stream[..]).with_mac(Some(recv));
+    for id in 1..=3 {
+        assert_eq!(reader.next(Duration::from_secs(1)).await.unwrap().unwrap().id, id);
+    }
+    // The second frame replayed after the third: its tag does not open.
+    let (mut send, _) = FrameMac::pair(b"t", &s, &c);
+    let (recv, _) = FrameMac::pair(b"t", &s, &c);
+    let mut frames = Vec::new();
+    for id in 1..=2 {
+        let mut f = Vec::new();
+        encode_into(&Envelope { v: VERSION, id, to: NodeId(9), domain: None, body: Body::StatusReq }, &mut f).unwrap();
+        super::seal(&mut f, 0, Some(&mut send));
+        frames.push(f);
+    }
+    let replay: Vec<u8> = [frames[0].clone(), frames[1].clone(), frames[1].clone()].concat();
+    let mut reader = FrameReader::new(&replay[..]).with_mac(Some(recv));
+    reader.next(Duration::from_secs(1)).await.unwrap();
+    reader.next(Duration::from_secs(1)).await.unwrap();
+    assert_eq!(reader.next(Duration::from_secs(1)).await.unwrap_err(), WireError::Protocol(Violation::BadTag));
 }
