@@ -131,6 +131,9 @@ enum Cmd {
         lease_ms: u64,
         #[arg(long)]
         budget_ms: u64,
+        /// The client token (its principal).
+        #[arg(long)]
+        token: Option<String>,
     },
 }
 
@@ -158,8 +161,20 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(Cmd::Client { id, addrs, keys, workload, db, dir, seed, duration_ms, wait_ms, lease_ms, budget_ms }) =
-        cli.cmd
+    if let Some(Cmd::Client {
+        id,
+        addrs,
+        keys,
+        workload,
+        db,
+        dir,
+        seed,
+        duration_ms,
+        wait_ms,
+        lease_ms,
+        budget_ms,
+        token,
+    }) = cli.cmd
     {
         let ms = Duration::from_millis;
         let args = ClientArgs {
@@ -174,6 +189,7 @@ fn main() -> ExitCode {
             wait: ms(wait_ms),
             lease: ms(lease_ms),
             budget: ms(budget_ms),
+            token,
         };
         return match workload::run(args) {
             Ok(()) => ExitCode::SUCCESS,

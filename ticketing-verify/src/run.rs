@@ -60,6 +60,24 @@ pub struct Outcome {
     pub elapsed: Duration,
 }
 
+/// The config file of the run's two principals (docs/security.md, "Several
+/// teams: principals"), with their tokens files, in the run directory.
+fn principals_config(dir: &Path) -> anyhow::Result<std::path::PathBuf> {
+    let mut toml = String::new();
+    for (name, token) in crate::workload::PRINCIPALS {
+        let tokens = dir.join(format!("{name}.tokens"));
+        std::fs::write(&tokens, format!("{token}\n"))?;
+        toml.push_str(&format!(
+            "[[principal]]\nname = \"{name}\"\ntokens_file = {:?}\nkeys = [\"{}\"]\n\n",
+            tokens.display().to_string(),
+            crate::workload::RUN_PREFIX
+        ));
+    }
+    let path = dir.join("principals.toml");
+    std::fs::write(&path, toml)?;
+    Ok(path)
+}
+
 fn spawn_client(
     plan: &Plan,
     id: usize,
@@ -85,6 +103,8 @@ fn spawn_client(
         .args(["--wait-ms", &WAIT.as_millis().to_string()])
         .args(["--lease-ms", &LEASE.as_millis().to_string()])
         .args(["--budget-ms", &BUDGET.as_millis().to_string()])
+        // Clients alternate between the run's two principals.
+        .args(["--token", crate::workload::PRINCIPALS[id % crate::workload::PRINCIPALS.len()].1])
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
@@ -130,6 +150,7 @@ pub async fn run(plan: &Plan, bin: &Path, dir: &Path) -> anyhow::Result<Outcome>
     let mut rng = Rng::new(plan.seed);
     let mut cluster = Cluster::new(plan.nodes, bin, dir, rng.next_u64()).await?;
     cluster.durable = plan.durable;
+    cluster.extra.extend(["--config".to_owned(), principals_config(dir)?.display().to_string()]);
     if plan.durable {
         cluster.mount_disks()?;
     }
@@ -211,7 +232,10 @@ pub async fn run(plan: &Plan, bin: &Path, dir: &Path) -> anyhow::Result<Outcome>
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGCONT);
         let until = Instant::now() + Duration::from_secs(20);
         loop {
-            if c.try_wait().ok().flatten().is_some() {
+            if let Some(status) = c.try_wait().ok().flatten() {
+                if !status.success() {
+                    errors.push(format!("client {id} failed ({status}): see client-{id}.log"));
+                }
                 break;
             }
             if Instant::now() > until {

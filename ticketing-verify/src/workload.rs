@@ -188,6 +188,34 @@ pub struct ClientArgs {
     pub lease: Duration,
     /// Work budget.
     pub budget: Duration,
+    /// Its client token (its principal, docs/security.md, "Several teams:
+    /// principals"); `None` without client authentication.
+    pub token: Option<String>,
+}
+
+/// The key prefix every principal of a run may use ([`PRINCIPALS`]); the
+/// forbidden probe asks for a key outside it.
+pub const RUN_PREFIX: &str = "verify-";
+
+/// The principals of a run: (name, token). Clients alternate between them,
+/// so holders of one key belong to different principals; both may use the
+/// keys that start with [`RUN_PREFIX`] and nothing else.
+pub const PRINCIPALS: [(&str, &str); 2] =
+    [("team-a", "verify-team-a-client-token"), ("team-b", "verify-team-b-client-token")];
+
+/// Asks once for a key outside the principal's prefixes: it must be refused
+/// with `Forbidden` naming that key, nothing granted (an error otherwise:
+/// the client exits and the run fails).
+fn forbidden_probe(broker: &TicketBroker, id: u32) -> anyhow::Result<()> {
+    let key = format!("not-{RUN_PREFIX}{id}");
+    let rt = ticketing_client::runtime();
+    let got = rt.block_on(broker.acquire(&key, Duration::from_secs(10), Duration::from_secs(5), Duration::ZERO));
+    match got {
+        Err(Error::Forbidden { key: k }) if k == key => Ok(()),
+        // The cluster may be between leaders at start: no answer at all.
+        Err(Error::Unavailable) | Err(Error::Indeterminate) => Ok(()),
+        other => anyhow::bail!("client {id}: {key} outside the principal's prefixes answered {other:?}, not Forbidden"),
+    }
 }
 
 /// The trigger file that asks client `id` to stop itself while holding.
@@ -206,8 +234,15 @@ pub fn run(a: ClientArgs) -> anyhow::Result<()> {
     let mut rng = Rng::new(a.seed);
     let end = Instant::now() + a.duration;
     let rt = ticketing_client::runtime();
-    let broker = rt.block_on(TicketBroker::builder(a.addrs.iter().map(String::as_str)).connect())?;
+    let mut builder = TicketBroker::builder(a.addrs.iter().map(String::as_str));
+    if let Some(token) = &a.token {
+        builder = builder.token(token.as_str());
+    }
+    let broker = rt.block_on(builder.connect())?;
     rt.block_on(broker.wait_ready(Duration::from_secs(10)));
+    if a.token.is_some() {
+        forbidden_probe(&broker, a.id)?;
+    }
     let stop = a.dir.join("stop");
     // Keys whose lane result was not heard in time, and when: see `record_resolution`.
     let mut missed: Vec<(String, Instant)> = Vec::new();
