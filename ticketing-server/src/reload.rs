@@ -77,12 +77,22 @@ pub struct Material {
     pub peer_tls: Arc<Current<Option<PeerTls>>>,
     /// Admin tokens (empty = the admin port asks for none).
     pub admin_tokens: Arc<Current<Vec<Secret>>>,
+    /// The admin port's TLS (`None`: plain HTTP).
+    pub admin_tls: Arc<ClientTls>,
 }
 
 /// The client port's TLS as configured (`None` without `--tls-cert`).
 fn client_tls(config: &Config) -> Result<Option<Arc<ServerConfig>>, String> {
     match (&config.tls_cert, &config.tls_key) {
         (Some(cert), Some(key)) => tls::client_port(cert, key, config.tls_client_ca.as_deref()).map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// The admin port's TLS as configured (`None` without `--admin-tls-cert`).
+fn admin_tls(config: &Config) -> Result<Option<Arc<ServerConfig>>, String> {
+    match (&config.admin_tls_cert, &config.admin_tls_key) {
+        (Some(cert), Some(key)) => tls::client_port(cert, key, None).map(Some),
         _ => Ok(None),
     }
 }
@@ -104,12 +114,15 @@ impl Material {
             client_tls(config).map_err(|problem| ConfigError::Invalid { setting: "--tls-cert", problem })?;
         let peer_tls =
             peer_tls(config).map_err(|problem| ConfigError::Invalid { setting: "--peer-tls-cert", problem })?;
+        let admin_tls =
+            admin_tls(config).map_err(|problem| ConfigError::Invalid { setting: "--admin-tls-cert", problem })?;
         Ok(Material {
             client_tokens: Arc::new(Current::new(config.principals.clone())),
             client_tls: Arc::new(ClientTls::new(client_tls)),
             peer_tokens: Arc::new(Current::new(config.peer_tokens.clone())),
             peer_tls: Arc::new(Current::new(peer_tls)),
             admin_tokens: Arc::new(Current::new(config.admin_tokens.clone())),
+            admin_tls: Arc::new(ClientTls::new(admin_tls)),
         })
     }
 
@@ -140,6 +153,12 @@ impl Material {
         if config.tls_cert.is_some() {
             match client_tls(config) {
                 Ok(t) => self.client_tls.0.set(t),
+                Err(e) => problems.push(e),
+            }
+        }
+        if config.admin_tls_cert.is_some() {
+            match admin_tls(config) {
+                Ok(t) => self.admin_tls.0.set(t),
                 Err(e) => problems.push(e),
             }
         }

@@ -207,11 +207,15 @@ async fn run_node(
             cluster: cluster.clone(),
             tokens: material.admin_tokens.clone(),
         };
+        let limits = crate::admin::AdminLimits {
+            max_connections: config.admin_max_connections,
+            tls: material.admin_tls.clone(),
+        };
         if let Some(w) = admin_open_warning(admin.local_addr()?, &config.admin_tokens) {
             warn!("{w}");
         }
         tokio::spawn(async move {
-            if let Err(e) = crate::admin::serve(admin, state).await {
+            if let Err(e) = crate::admin::serve(admin, state, limits).await {
                 warn!(error = %e, "admin HTTP stopped");
             }
         });

@@ -74,7 +74,7 @@ async fn start() -> (u16, ManagerHandle) {
     let state = AdminState { manager: manager.clone(), replicator, cluster: None, tokens: Arc::default() };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    tokio::spawn(serve(listener, state));
+    tokio::spawn(serve(listener, state, crate::admin::AdminLimits::default()));
     (port, manager)
 }
 

@@ -84,6 +84,15 @@ pub struct Cli {
     /// and /readyz then needs `Authorization: Bearer <token>`.
     #[arg(long, env = "TICKETING_ADMIN_TOKEN_FILE", value_name = "FILE")]
     pub admin_token_file: Option<PathBuf>,
+    /// PEM certificate chain: TLS on the admin port (with --admin-tls-key).
+    #[arg(long, env = "TICKETING_ADMIN_TLS_CERT", value_name = "FILE")]
+    pub admin_tls_cert: Option<PathBuf>,
+    /// PEM private key for --admin-tls-cert.
+    #[arg(long, env = "TICKETING_ADMIN_TLS_KEY", value_name = "FILE")]
+    pub admin_tls_key: Option<PathBuf>,
+    /// Admin connections at once (a quarter of them from one address); more are closed at once.
+    #[arg(long, env = "TICKETING_ADMIN_MAX_CONNECTIONS", value_name = "N")]
+    pub admin_max_connections: Option<usize>,
     /// Waiters per key; over it → `B`.
     #[arg(long, env = "TICKETING_MAX_WAITERS_PER_KEY", value_name = "N")]
     pub max_waiters_per_key: Option<usize>,

@@ -222,6 +222,12 @@ pub struct Config {
     pub admin_tokens: Vec<Secret>,
     /// The `--admin-token-file` they were read from, if any.
     pub admin_token_file: Option<PathBuf>,
+    /// TLS certificate chain for the admin port.
+    pub admin_tls_cert: Option<PathBuf>,
+    /// TLS private key for the admin port.
+    pub admin_tls_key: Option<PathBuf>,
+    /// Admin connections at once.
+    pub admin_max_connections: usize,
     /// The limits of docs/configuration.md, "Limits".
     pub limits: Limits,
     /// Time to complete the handshake.
@@ -267,6 +273,9 @@ impl Default for Config {
             admin_listen: None,
             admin_tokens: Vec::new(),
             admin_token_file: None,
+            admin_tls_cert: None,
+            admin_tls_key: None,
+            admin_max_connections: 64,
             limits: Limits::default(),
             handshake_timeout: HANDSHAKE_TIMEOUT,
             peer_handshake_timeout: HANDSHAKE_TIMEOUT,

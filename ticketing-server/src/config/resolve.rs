@@ -210,6 +210,7 @@ impl Config {
         let d = Config::default();
         let defaults = [
             ("listen", d.listen.clone()),
+            ("admin_max_connections", d.admin_max_connections.to_string()),
             ("max_waiters_per_key", d.limits.max_waiters_per_key.to_string()),
             ("max_waiters", d.limits.max_waiters.to_string()),
             ("max_held_keys", d.limits.max_held_keys.to_string()),
@@ -271,6 +272,16 @@ impl Config {
         let principals = crate::principal::Principals::load(client_tokens.clone(), &cli.principal)?;
         let peer_tokens = peer_tokens(cli.peer_token_file.as_deref())?;
         let admin_tokens = admin_tokens(cli.admin_token_file.as_deref())?;
+        if cli.admin_tls_cert.is_some() != cli.admin_tls_key.is_some() {
+            return Err(invalid("--admin-tls-cert", "--admin-tls-cert and --admin-tls-key go together"));
+        }
+        let admin_max_connections = cli.admin_max_connections.unwrap_or(d.admin_max_connections);
+        if !(1..=1 << 20).contains(&admin_max_connections) {
+            return Err(invalid(
+                "--admin-max-connections",
+                format!("must be in 1-{}, got {admin_max_connections}", 1 << 20),
+            ));
+        }
         let data_dir = cli.data_dir;
         if data_dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
             return Err(invalid("--data-dir", "must name a directory"));
@@ -322,6 +333,9 @@ impl Config {
             admin_listen,
             admin_tokens,
             admin_token_file: cli.admin_token_file,
+            admin_tls_cert: cli.admin_tls_cert,
+            admin_tls_key: cli.admin_tls_key,
+            admin_max_connections,
             limits,
             handshake_timeout,
             peer_handshake_timeout,

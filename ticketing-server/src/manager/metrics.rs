@@ -61,6 +61,8 @@ pub struct LimitMetrics {
     pub peer_preauth_evicted: Counter,
     /// Snapshot chunks refused for `--max-snapshot-bytes`.
     pub snapshot_refused: Counter,
+    /// Admin connections refused for `--admin-max-connections` (in all or from one address).
+    pub admin_connections_refused: Counter,
     /// Open connections on the peer port (handshaking included).
     pub peer_connections: Gauge,
     /// Peer connections refused for `--max-peer-connections`.
@@ -110,6 +112,12 @@ impl LimitMetrics {
             "peer_preauth_evicted",
             "Unauthenticated peer-port connections closed to admit a newer one (--max-peer-preauth-*)",
             &self.peer_preauth_evicted,
+        );
+        c(
+            registry,
+            "admin_connections_refused",
+            "Admin connections refused: --admin-max-connections in all, or a quarter of it from one address",
+            &self.admin_connections_refused,
         );
         c(
             registry,
