@@ -77,6 +77,12 @@ fuzz_target!(|data: &[u8]| {
                     wait: (arg >> 4) % 4,
                     lease: 1 + (op >> 4) % 3,
                     read_at: now,
+                    // Half of the acquires belong to a principal with a
+                    // waiters cap of 2 (its count is checked by `check`).
+                    principal: (next_id % 2 == 1).then(|| ticketing_server::principal::PrincipalCap {
+                        name: std::sync::Arc::from("team"),
+                        max_waiters: Some(2),
+                    }),
                 };
                 leader.handle_request(now, conn, r, &state);
             }

@@ -490,12 +490,13 @@ impl ClientConn<'_> {
         }
         let conn = self.id;
         let read_at = read_at.into_std();
+        let principal = self.principal_cap();
         let request = match frame {
             ClientFrame::Acquire { id, key, owner, wait, lease } => {
-                Request::Acquire { id, key, kind: GrantKind::Exclusive, owner, wait, lease, read_at }
+                Request::Acquire { id, key, kind: GrantKind::Exclusive, owner, wait, lease, read_at, principal }
             }
             ClientFrame::AcquireShared { id, key, owner, wait, lease, n } => {
-                Request::Acquire { id, key, kind: GrantKind::Shared { n }, owner, wait, lease, read_at }
+                Request::Acquire { id, key, kind: GrantKind::Shared { n }, owner, wait, lease, read_at, principal }
             }
             ClientFrame::AcquireAll { id, owner, wait, lease, keys } => {
                 let key = keys.first().clone();
@@ -507,6 +508,7 @@ impl ClientConn<'_> {
                     wait,
                     lease,
                     read_at,
+                    principal,
                 }
             }
             ClientFrame::Release { id, key, owner, token } => Request::Release { id, key, owner, token },
@@ -519,6 +521,13 @@ impl ClientConn<'_> {
             return Some(End::Fatal(ServerFrame::error(ErrorCode::Internal)));
         }
         None
+    }
+
+    /// Its principal's name and waiters cap, by the current definition.
+    fn principal_cap(&self) -> Option<crate::principal::PrincipalCap> {
+        let name = self.principal.clone()?;
+        let max_waiters = self.ctx.client_tokens.get().by_name(&name).and_then(|p| p.max_waiters);
+        Some(crate::principal::PrincipalCap { name, max_waiters })
     }
 
     /// The key of `frame` its principal may not use, by the principal's

@@ -28,6 +28,10 @@ pub struct PrincipalSpec {
     pub tokens_file: PathBuf,
     /// Key prefixes it may use; `[""]` = every key.
     pub keys: Vec<String>,
+    /// Waiters it may have queued at once, over all its connections (a
+    /// multi-key waiter once per key); over it: `B`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_waiters: Option<usize>,
 }
 
 /// One principal as the server checks it.
@@ -37,6 +41,18 @@ pub struct Principal {
     pub name: String,
     /// Key prefixes it may use (bytewise; `""` = every key).
     pub prefixes: Vec<Vec<u8>>,
+    /// Waiters it may have queued at once (`None`: only the server's limits).
+    pub max_waiters: Option<usize>,
+}
+
+/// What the leader checks of a request's principal: its name (the count of
+/// its waiters) and its cap, by its current definition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrincipalCap {
+    /// The principal's name.
+    pub name: Arc<str>,
+    /// Its waiters cap.
+    pub max_waiters: Option<usize>,
 }
 
 impl Principal {
@@ -70,7 +86,10 @@ impl Principals {
     pub fn load(default_tokens: Vec<Secret>, specs: &[PrincipalSpec]) -> Result<Principals, ConfigError> {
         let mut p = Principals::default();
         if !default_tokens.is_empty() {
-            p.push(Principal { name: DEFAULT.to_owned(), prefixes: vec![Vec::new()] }, default_tokens)?;
+            p.push(
+                Principal { name: DEFAULT.to_owned(), prefixes: vec![Vec::new()], max_waiters: None },
+                default_tokens,
+            )?;
         }
         for spec in specs {
             check_name(&spec.name)?;
@@ -83,10 +102,14 @@ impl Principals {
                     format!("{:?}: keys is empty: list the key prefixes it may use ([\"\"] = every key)", spec.name),
                 ));
             }
+            if spec.max_waiters == Some(0) {
+                return Err(invalid("[[principal]]", format!("{:?}: max_waiters must be at least 1", spec.name)));
+            }
             let tokens = tokens_file(&spec.name, &spec.tokens_file)?;
             let principal = Principal {
                 name: spec.name.clone(),
                 prefixes: spec.keys.iter().map(|k| k.as_bytes().to_vec()).collect(),
+                max_waiters: spec.max_waiters,
             };
             p.push(principal, tokens)?;
         }
@@ -194,7 +217,11 @@ mod tests {
     use super::*;
 
     fn p(prefixes: &[&str]) -> Principal {
-        Principal { name: "t".into(), prefixes: prefixes.iter().map(|s| s.as_bytes().to_vec()).collect() }
+        Principal {
+            name: "t".into(),
+            prefixes: prefixes.iter().map(|s| s.as_bytes().to_vec()).collect(),
+            max_waiters: None,
+        }
     }
 
     #[test]
@@ -243,7 +270,12 @@ mod tests {
     }
 
     fn spec(name: &str, tokens_file: PathBuf, keys: &[&str]) -> PrincipalSpec {
-        PrincipalSpec { name: name.into(), tokens_file, keys: keys.iter().map(|s| s.to_string()).collect() }
+        PrincipalSpec {
+            name: name.into(),
+            tokens_file,
+            keys: keys.iter().map(|s| s.to_string()).collect(),
+            max_waiters: None,
+        }
     }
 
     #[test]
@@ -275,6 +307,9 @@ mod tests {
         assert!(err(&[spec("", a.clone(), &["a/"])]).contains("name"));
         assert!(err(&[spec("a", a.clone(), &[])]).contains("keys is empty"));
         assert!(err(&[spec("a", a.clone(), &["a/"]), spec("a", b.clone(), &["b/"])]).contains("given twice"));
+        let mut capped = spec("a", a.clone(), &["a/"]);
+        capped.max_waiters = Some(0);
+        assert!(err(&[capped]).contains("max_waiters must be at least 1"));
         let dup = file(dir.path(), "dup", "tok-a\n");
         assert!(err(&[spec("a", a.clone(), &["a/"]), spec("c", dup, &["c/"])]).contains("also a token of \"a\""));
     }

@@ -172,3 +172,57 @@ async fn the_rust_client_raises_forbidden_with_the_key_and_goes_on() {
     let t = b.acquire("orders/1", secs(0), secs(5), secs(0)).await.unwrap().expect("orders/1 is free");
     assert!(t.release().await.unwrap());
 }
+
+/// Waiters queued on `key`, by the admin view (`/locks/<key>`).
+async fn queued(admin: u16, key: &str, want: usize) {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = ticketing_testkit::http_get(admin, &format!("/locks/{key}"))
+            .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["waiters"].as_array().map(Vec::len))
+            .unwrap_or(0);
+        if n == want {
+            return;
+        }
+        assert!(Instant::now() < end, "{n} waiters on {key}, expected {want}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_principal_at_its_waiters_cap_gets_b_and_others_still_queue() {
+    let orders = temp_file("orders-token\n");
+    let payments = temp_file("payments-token\n");
+    let config = temp_file(&format!(
+        "[[principal]]\nname = \"orders\"\ntokens_file = {:?}\nkeys = [\"\"]\nmax_waiters = 2\n\n\
+         [[principal]]\nname = \"payments\"\ntokens_file = {:?}\nkeys = [\"\"]\n",
+        orders.to_str().unwrap(),
+        payments.to_str().unwrap(),
+    ));
+    let admin = ticketing_testkit::free_port();
+    let admin_addr = format!("127.0.0.1:{admin}");
+    let server = Server::with(&[], &["--config", config.to_str().unwrap(), "--admin-listen", &admin_addr]);
+    let mut holder = Client::connect(&server.addr, b"payments-token").await;
+    holder.grab(1, "k", "h", 60).await;
+    // Two waiters of `orders`, over two connections, queue; the third is `B`.
+    let mut a = Client::connect(&server.addr, b"orders-token").await;
+    a.send(b"A 1 k a 30 5\n").await;
+    queued(admin, "k", 1).await;
+    let mut b = Client::connect(&server.addr, b"orders-token").await;
+    b.send(b"A 1 k b 30 5\n").await;
+    queued(admin, "k", 2).await;
+    let mut c = Client::connect(&server.addr, b"orders-token").await;
+    c.send(b"A 1 k c 30 5\n").await;
+    c.expect("B 1 k").await;
+    // Another principal is not held back by it.
+    let mut d = Client::connect(&server.addr, b"payments-token").await;
+    d.send(b"A 1 k d 30 5\n").await;
+    queued(admin, "k", 3).await;
+    assert_eq!(metric(admin, "ticketing_principal_busy_total{principal=\"orders\"}"), 1);
+    // A waiter that leaves frees its place.
+    drop(a);
+    queued(admin, "k", 2).await;
+    c.send(b"A 2 k c 30 5\n").await;
+    queued(admin, "k", 3).await;
+    drop((b, c, d, holder));
+}

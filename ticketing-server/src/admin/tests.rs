@@ -210,6 +210,7 @@ async fn contended_lists_the_keys_with_the_most_waiters() {
             wait: 30,
             lease: 30,
             read_at: std::time::Instant::now(),
+            principal: None,
         };
         ManagerRequest::Request { conn: ConnId(1), request }
     };

@@ -107,6 +107,9 @@ pub enum Request {
         lease: u8,
         /// When the server read the request (for `waited_ms` and the wait timer).
         read_at: Instant,
+        /// The connection's principal and its waiters cap (`None`: auth off,
+        /// docs/security.md, "Several teams: principals").
+        principal: Option<crate::principal::PrincipalCap>,
     },
     /// `R <id> <key> <owner> <token>`.
     Release {
@@ -570,10 +573,12 @@ impl Leader {
                     self.answer_query(conn, id, &key, &owner);
                 }
             }
-            Request::Acquire { id, key, kind, owner, wait, lease, read_at } => {
+            Request::Acquire { id, key, kind, owner, wait, lease, read_at, principal } => {
                 let wait_until = read_at + Duration::from_secs(u64::from(wait));
-                let w = Waiter { conn, id, key, owner, lease, read_at, wait_until, kind };
-                self.acquire(w, wait);
+                let cap = principal.as_ref().and_then(|p| p.max_waiters);
+                let principal = principal.map(|p| p.name);
+                let w = Waiter { conn, id, key, owner, lease, read_at, wait_until, kind, principal };
+                self.acquire(w, wait, cap);
             }
             Request::Release { id, key, owner, token } => {
                 self.proj.push_release(&key, QueuedRelease { conn, id, owner, token });
@@ -582,7 +587,9 @@ impl Leader {
         }
     }
 
-    fn acquire(&mut self, w: Waiter, wait: u8) {
+    /// `cap`: the waiters its principal may have queued (docs/security.md,
+    /// "Several teams: principals").
+    fn acquire(&mut self, w: Waiter, wait: u8, cap: Option<usize>) {
         let keys = w.keys().to_vec();
         // Grantable now: nobody queued on any of its keys and compatible
         // with their holders (docs/protocol.md, "A key's holders"). A key
@@ -619,6 +626,14 @@ impl Leader {
             self.refuse_busy(w.conn, w.id, w.key.clone());
             self.forget_idle(&keys);
             return;
+        }
+        if let (Some(name), Some(cap)) = (&w.principal, cap) {
+            if self.proj.waiters_of(name) + keys.len() > cap {
+                self.metrics.principal_busy(name);
+                self.refuse_busy(w.conn, w.id, w.key.clone());
+                self.forget_idle(&keys);
+                return;
+            }
         }
         self.enqueue(w, true);
     }

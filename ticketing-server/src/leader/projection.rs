@@ -112,6 +112,8 @@ pub struct Projection {
     held: usize,
     /// Live waiters over all keys, a multi-key waiter once per key.
     total_waiters: usize,
+    /// The same per principal (waiters of connections with one).
+    by_principal: HashMap<std::sync::Arc<str>, usize>,
     /// Live waiters per key, ranked (the console's most contended keys).
     contention: Contention,
     /// Held keys the projection keeps no entry for, by their holder's lease
@@ -238,6 +240,11 @@ impl Projection {
     /// Waiters queued over all keys, a multi-key waiter once per key.
     pub fn waiters(&self) -> usize {
         self.total_waiters
+    }
+
+    /// Waiters of principal `name` over all keys, a multi-key waiter once per key.
+    pub fn waiters_of(&self, name: &str) -> usize {
+        self.by_principal.get(name).copied().unwrap_or(0)
     }
 
     /// Waiters queued on `key`.
@@ -441,6 +448,7 @@ impl Projection {
         self.by_conn.clear();
         self.held = 0;
         self.total_waiters = 0;
+        self.by_principal.clear();
         self.contention.clear();
         self.dormant.clear();
         self.dormant_len = 0;

@@ -123,6 +123,7 @@ impl Sim {
             wait,
             lease,
             read_at: self.now,
+            principal: None,
         };
         self.request(conn, r);
     }

@@ -212,6 +212,9 @@ pub struct Metrics {
     pub reloads_failed: Counter,
     /// Requests answered `F`, by principal: `ticketing_forbidden_total{principal}`.
     pub forbidden: Family<Vec<(String, String)>, Counter>,
+    /// Acquires answered `B` for their principal's `max_waiters`:
+    /// `ticketing_principal_busy_total{principal}`.
+    pub principal_busy: Family<Vec<(String, String)>, Counter>,
 }
 
 impl Default for Metrics {
@@ -292,6 +295,12 @@ impl Metrics {
             "Requests answered F (the principal may not use the key), by principal",
             forbidden.clone(),
         );
+        let principal_busy = Family::<Vec<(String, String)>, Counter>::default();
+        registry.register(
+            "principal_busy",
+            "Acquires answered B because their principal had max_waiters queued, by principal",
+            principal_busy.clone(),
+        );
         let raft = cluster.then(|| RaftGauges {
             term: gauge(&mut registry, "raft_term", "Current Raft term"),
             commit_index: gauge(&mut registry, "raft_commit_index", "Committed log index"),
@@ -349,12 +358,18 @@ impl Metrics {
             reloads_ok,
             reloads_failed,
             forbidden,
+            principal_busy,
         }
     }
 
     /// Counts one request of `principal` answered `F`.
     pub fn forbidden(&self, principal: &str) {
         self.forbidden.get_or_create(&vec![("principal".to_owned(), principal.to_owned())]).inc();
+    }
+
+    /// Counts one acquire of `principal` answered `B` for its own cap.
+    pub fn principal_busy(&self, principal: &str) {
+        self.principal_busy.get_or_create(&vec![("principal".to_owned(), principal.to_owned())]).inc();
     }
 
     /// Counts one reload: `ok` when every file was re-read.

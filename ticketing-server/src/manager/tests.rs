@@ -30,6 +30,7 @@ async fn acquire(h: &ManagerHandle, id: u64, key: &str, owner: &str, wait: u8, l
         wait,
         lease,
         read_at: Instant::now().into_std(),
+        principal: None,
     };
     let req = ManagerRequest::Request { conn: ConnId(1), request };
     h.send(req).await.unwrap();
@@ -100,6 +101,7 @@ async fn closed_connection_leaves_queue() {
         wait: 10,
         lease: 5,
         read_at: Instant::now().into_std(),
+        principal: None,
     };
     let req = ManagerRequest::Request { conn: ConnId(2), request };
     h.send(req).await.unwrap();

@@ -16,6 +16,13 @@ impl Projection {
         assert_eq!(self.total_waiters, per_key, "total_waiters");
         assert_eq!(self.total_waiters, self.keys.values().map(KeyState::live).sum::<usize>(), "live");
         assert_eq!(self.waiters.len(), self.by_conn.values().map(HashSet::len).sum::<usize>(), "by_conn");
+        let mut by_principal = std::collections::HashMap::new();
+        for w in self.waiters.values() {
+            if let Some(p) = &w.principal {
+                *by_principal.entry(p.clone()).or_insert(0) += w.keys().len();
+            }
+        }
+        assert_eq!(self.by_principal, by_principal, "by_principal");
         for (key, ks) in &self.keys {
             assert_eq!(self.contention.waiters(key), ks.live(), "contention of {key:?}");
             let holding: Vec<_> = ks.holders.iter().filter(|h| h.holds()).collect();

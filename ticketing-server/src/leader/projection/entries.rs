@@ -27,6 +27,8 @@ pub struct Waiter {
     /// Exclusive (`A`), counted (`S … n`) or every key of a set (`K`, whose
     /// first key is `key`).
     pub kind: GrantKind,
+    /// The name of its connection's principal (its waiters are counted).
+    pub principal: Option<std::sync::Arc<str>>,
 }
 
 impl Waiter {

@@ -18,6 +18,7 @@ fn waiter(conn: u64, id: u64, key: &str, at: Instant) -> Waiter {
         read_at: at,
         wait_until: at + Duration::from_secs(10),
         kind: GrantKind::Exclusive,
+        principal: None,
     }
 }
 

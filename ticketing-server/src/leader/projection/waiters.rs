@@ -26,6 +26,9 @@ impl Projection {
             self.total_waiters += 1;
             self.contention.waiter_added(key);
         }
+        if let Some(p) = &w.principal {
+            *self.by_principal.entry(p.clone()).or_insert(0) += w.keys().len();
+        }
         self.by_conn.entry(w.conn).or_default().insert(wid);
         self.waiters.insert(wid, w);
         wid
@@ -41,6 +44,14 @@ impl Projection {
             self.contention.waiter_removed(key);
             if let Some(q) = self.keys.get_mut(key).and_then(|ks| ks.rare.as_mut()) {
                 q.live -= 1;
+            }
+        }
+        if let Some(p) = &w.principal {
+            if let Some(n) = self.by_principal.get_mut(p) {
+                *n -= w.keys().len();
+                if *n == 0 {
+                    self.by_principal.remove(p);
+                }
             }
         }
         if let Some(set) = self.by_conn.get_mut(&w.conn) {

@@ -192,6 +192,7 @@ impl Model {
                     wait,
                     lease,
                     read_at: now,
+                    principal: None,
                 });
             }
             Op::Release { conn, key, pick } => {
