@@ -126,10 +126,15 @@ mod tests {
     use super::*;
     use magnus::error::ErrorType;
 
-    /// The class name and message of an error built in Rust.
+    /// The class name and message of an error built in Rust (lazily, or as
+    /// an exception object with attributes, as `ForbiddenError`).
     fn parts(err: &Error) -> (String, String) {
         match err.error_type() {
             ErrorType::Error(class, msg) => (class.inspect(), msg.to_string()),
+            ErrorType::Exception(e) => {
+                let msg: String = e.funcall("message", ()).expect("message");
+                (e.class().inspect(), msg)
+            }
             other => panic!("not a Rust-built error: {other:?}"),
         }
     }

@@ -42,14 +42,6 @@ impl State {
     }
 }
 
-/// The budget of a port whose connection slots (`slots`) are taken at
-/// accept: unauthenticated connections may hold at most half of them, so
-/// connections with the right token always keep the other half.
-pub fn for_slots(slots: usize, total: usize, per_addr: usize) -> PreAuth {
-    let total = total.min((slots / 2).max(1));
-    PreAuth::new(total, per_addr.min(total))
-}
-
 /// The unauthenticated-connection budget of one port.
 #[derive(Debug, Clone)]
 pub struct PreAuth {

@@ -274,8 +274,7 @@ async fn serve_clients<F: Future>(
         shutdown_complete: shutdown_complete_tx,
         ctx,
         handshake_timeout: config.handshake_timeout,
-        preauth: crate::preauth::for_slots(
-            config.limits.max_connections,
+        preauth: crate::preauth::PreAuth::new(
             config.limits.max_preauth_connections,
             config.limits.max_preauth_per_address,
         ),

@@ -46,7 +46,7 @@ fn a_cluster_forms_while_its_peer_ports_are_flooded_with_idle_connections() {
         assert!(c.wait_voter(i, secs(15)), "node {i} a voter");
     }
     // The floods pushed themselves out (the default share of one address is
-    // 8): each flood connection beyond it was evicted, or refused while the
+    // 16): each flood connection beyond it was evicted, or refused while the
     // slots were still held by evicted ones closing.
     for i in [1, 2] {
         let admin = c.nodes[i].admin;

@@ -119,8 +119,7 @@ impl ClusterConfig {
                 frame_timeout: cfg.peer_frame_timeout,
                 max_conn_bytes: cfg.limits.max_peer_in_flight_bytes_per_conn,
                 max_node_bytes: cfg.limits.max_peer_in_flight_bytes,
-                preauth: crate::preauth::for_slots(
-                    cfg.limits.max_peer_connections,
+                preauth: crate::preauth::PreAuth::new(
                     cfg.limits.max_peer_preauth_connections,
                     cfg.limits.max_peer_preauth_per_address,
                 ),

@@ -79,8 +79,7 @@ impl Default for PeerLimits {
             frame_timeout: d.peer_frame_timeout,
             max_conn_bytes: d.limits.max_peer_in_flight_bytes_per_conn,
             max_node_bytes: d.limits.max_peer_in_flight_bytes,
-            preauth: crate::preauth::for_slots(
-                d.limits.max_peer_connections,
+            preauth: crate::preauth::PreAuth::new(
                 d.limits.max_peer_preauth_connections,
                 d.limits.max_peer_preauth_per_address,
             ),

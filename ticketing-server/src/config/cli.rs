@@ -121,13 +121,13 @@ pub struct Cli {
     /// Connections on the peer port (handshaking included); over it → `E overloaded`, close.
     #[arg(long, env = "TICKETING_MAX_PEER_CONNECTIONS", value_name = "N")]
     pub max_peer_connections: Option<usize>,
-    /// Unauthenticated client connections at once (at most half of --max-connections): over it, the oldest is closed.
+    /// Unauthenticated client connections at once (keep it below --max-connections): over it, the oldest is closed.
     #[arg(long, env = "TICKETING_MAX_PREAUTH_CONNECTIONS", value_name = "N")]
     pub max_preauth_connections: Option<usize>,
     /// Unauthenticated client connections from one address at once: over it, that address's oldest is closed.
     #[arg(long, env = "TICKETING_MAX_PREAUTH_PER_ADDRESS", value_name = "N")]
     pub max_preauth_per_address: Option<usize>,
-    /// Unauthenticated peer-port connections at once (apart from --max-peer-connections): over it, the oldest is closed.
+    /// Unauthenticated peer-port connections at once (keep it below --max-peer-connections): over it, the oldest is closed.
     #[arg(long, env = "TICKETING_MAX_PEER_PREAUTH_CONNECTIONS", value_name = "N")]
     pub max_peer_preauth_connections: Option<usize>,
     /// Unauthenticated peer-port connections from one address at once: over it, that address's oldest is closed.

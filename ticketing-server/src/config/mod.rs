@@ -156,7 +156,7 @@ impl Default for Limits {
             max_preauth_connections: 1024,
             max_preauth_per_address: 256,
             max_peer_preauth_connections: 32,
-            max_peer_preauth_per_address: 8,
+            max_peer_preauth_per_address: 16,
             // A full server (1 000 000 held keys of up to 250 bytes, with
             // owners and leases) snapshots to about 0.4 GB.
             max_snapshot_bytes: 1 << 30,
