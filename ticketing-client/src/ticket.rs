@@ -18,7 +18,8 @@ pub struct Ticket {
     grant: Grant,
     keys: Vec<String>,
     pid: u32,
-    outcome: tokio::sync::Mutex<Option<bool>>,
+    /// The first definite result of `release`: `R`/`N`, or `F`.
+    outcome: tokio::sync::Mutex<Option<Result<bool>>>,
     settled: AtomicBool,
 }
 
@@ -113,11 +114,14 @@ impl Ticket {
     /// full lane). Once a definite answer came, later calls return it again.
     /// A multi-key ticket sends one `R` per key: `Ok(true)` iff every key
     /// answered `R`, `Ok(false)` if any answered `N`, else the error.
+    /// [`Error::Forbidden`] when the server answered `F` (this client's
+    /// principal may no longer use the key): final, never retried; the lock
+    /// returns at lease end.
     /// In a forked child the ticket belongs to the parent: [`Error::Closed`].
     pub async fn release(&self) -> Result<bool> {
         let mut outcome = self.outcome.lock().await;
-        if let Some(done) = *outcome {
-            return Ok(done);
+        if let Some(done) = &*outcome {
+            return done.clone();
         }
         if self.pid != std::process::id() {
             return Err(Error::Closed);
@@ -126,11 +130,19 @@ impl Ticket {
         self.shared.send(Cmd::Release { grant: self.grant.clone(), reply }).await?;
         match rx.await {
             Ok(Ok(released)) => {
-                *outcome = Some(released);
+                *outcome = Some(Ok(released));
                 self.settled.store(true, Ordering::SeqCst);
                 Ok(released)
             }
-            Ok(Err(f)) => Err(f.into()),
+            Ok(Err(f)) => {
+                let e = Error::from(f);
+                if matches!(e, Error::Forbidden { .. }) {
+                    // Definite: a drop or a second call must not send it again.
+                    *outcome = Some(Err(e.clone()));
+                    self.settled.store(true, Ordering::SeqCst);
+                }
+                Err(e)
+            }
             Err(_) => Err(Error::Closed),
         }
     }

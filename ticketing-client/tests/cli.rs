@@ -115,6 +115,35 @@ async fn b_is_exit_76() {
 }
 
 #[tokio::test]
+async fn f_is_exit_81_naming_the_key_and_the_command_does_not_run() {
+    let fake = Fake::start(Behavior::script(|r| vec![line(format!("F {} {}", r.id(), r.keys()[1]))])).await;
+    let marker = scratch("f");
+    let r = ticketing(
+        &[
+            "--addr",
+            &fake.addr,
+            "lock",
+            "orders/1",
+            "payments/2",
+            "--all",
+            "--wait",
+            "3",
+            "--lease",
+            "5",
+            "--",
+            "touch",
+            marker.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(r.code, Some(81), "{}", r.stderr);
+    assert!(r.stderr.contains("forbidden") && r.stderr.contains("payments/2"), "{}", r.stderr);
+    assert!(!marker.exists());
+    assert_eq!(fake.count("K"), 1, "never retried");
+}
+
+#[tokio::test]
 async fn session_lost_after_the_send_is_exit_77() {
     let fake = Fake::start(Behavior::script(|_| vec![Step::Close])).await;
     let r = ticketing(&["--addr", &fake.addr, "lock", "k", "--wait", "3", "--lease", "5", "--", "true"], &[]).await;

@@ -60,7 +60,9 @@ pub struct Cluster {
     /// not fsynced on a power cut (ticketing-testkit/faultfs); empty when
     /// the data dirs are plain directories.
     pub disks: Vec<FaultFs>,
-    /// Extra flags for the next starts.
+    /// Flags for every start of every node (the run's principals).
+    pub args: Vec<String>,
+    /// Extra flags for the next starts (a fault's; cleared after it).
     pub extra: Vec<String>,
 }
 
@@ -84,6 +86,7 @@ impl Cluster {
             dir: dir.to_owned(),
             durable: false,
             disks: Vec::new(),
+            args: Vec::new(),
             extra: Vec::new(),
         })
     }
@@ -129,7 +132,7 @@ impl Cluster {
         if self.durable {
             cmd.arg("--data-dir").arg(&data);
         }
-        cmd.args(&self.extra);
+        cmd.args(&self.args).args(&self.extra);
         let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot start {}: {e}", self.bin.display()))?;
         self.net.set_pid(i, Some(child.id()));
         node.child = Some(child);

@@ -150,7 +150,7 @@ pub async fn run(plan: &Plan, bin: &Path, dir: &Path) -> anyhow::Result<Outcome>
     let mut rng = Rng::new(plan.seed);
     let mut cluster = Cluster::new(plan.nodes, bin, dir, rng.next_u64()).await?;
     cluster.durable = plan.durable;
-    cluster.extra.extend(["--config".to_owned(), principals_config(dir)?.display().to_string()]);
+    cluster.args.extend(["--config".to_owned(), principals_config(dir)?.display().to_string()]);
     if plan.durable {
         cluster.mount_disks()?;
     }
