@@ -31,11 +31,15 @@ fuzz_target!(|data: &[u8]| {
             advertise: me,
             max_pending: 1024,
             max_write_buffer: 1 << 20,
+            write_buffers: ticketing_server::conn::WriteBuffers::new(1 << 28),
         };
         let (mut client, server) = tokio::io::duplex(64 * 1024);
         let (_stop_tx, stop_rx) = tokio::sync::broadcast::channel(1);
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        let serve = conn::serve(server, manager::ConnId(1), "127.0.0.1:40000".parse().unwrap(), &ctx, deadline, stop_rx);
+        let budget = ticketing_server::preauth::PreAuth::new(8, 8);
+        let (preauth, _) = budget.admit("127.0.0.1".parse().unwrap());
+        let peer = "127.0.0.1:40000".parse().unwrap();
+        let serve = conn::serve(server, manager::ConnId(1), peer, &ctx, deadline, stop_rx, preauth);
         let talk = async {
             let _ = client.write_all(data).await;
             let _ = client.shutdown().await;
