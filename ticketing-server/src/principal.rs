@@ -167,14 +167,29 @@ impl Principals {
 /// The principals of `config` read again (SIGHUP): the client tokens
 /// (file and environment) and the config file's `[[principal]]` tables with
 /// their tokens files. All or nothing: any problem is an error, and the
-/// caller keeps the principals it has.
-pub fn reread(config: &crate::config::Config) -> Result<Principals, ConfigError> {
+/// caller keeps the principals it has (`current`). Whether client
+/// authentication is on is decided at start: new principals that would turn
+/// it off (no token left: a config file emptied by mistake) or on (a
+/// connection opened without authentication would keep every key) are an
+/// error too.
+pub fn reread(config: &crate::config::Config, current: &Principals) -> Result<Principals, ConfigError> {
     let default_tokens = crate::config::client_tokens(config.client_tokens_file.as_deref())?;
     let specs = match &config.config_file {
         Some(path) => specs_of_file(path)?,
         None => Vec::new(),
     };
-    Principals::load(default_tokens, &specs)
+    let new = Principals::load(default_tokens, &specs)?;
+    match (current.auth_off(), new.auth_off()) {
+        (false, true) => Err(invalid(
+            "[[principal]]",
+            "no client token is left (no --client-tokens-file token, no principal): that would turn client \
+             authentication off; restart the server to run without authentication",
+        )),
+        (true, false) => {
+            Err(invalid("[[principal]]", "the server runs without client authentication: restart it to turn it on"))
+        }
+        _ => Ok(new),
+    }
 }
 
 /// The `[[principal]]` tables of the config file at `path`.
@@ -324,5 +339,26 @@ mod tests {
             toml::from_str("[[principal]]\nname = \"orders\"\ntokens_file = \"/x\"\nkeys = [\"orders/\"]\n").unwrap();
         assert_eq!(f.principal[0].keys, vec!["orders/".to_owned()]);
         assert!(toml::from_str::<F>("[[principal]]\nname = \"o\"\ntokens_file = \"/x\"\nkeys = []\nkey = 1\n").is_err());
+    }
+
+    #[test]
+    fn a_reload_never_turns_authentication_off_or_on() {
+        let dir = TempDir::new("reread");
+        let tokens = file(dir.path(), "orders.tokens", "tok\n");
+        let table = format!("[[principal]]\nname = \"orders\"\ntokens_file = {:?}\nkeys = [\"o/\"]\n", tokens);
+        let cfg = file(dir.path(), "ticketing.toml", &table);
+        let config = crate::config::Config { config_file: Some(cfg.clone()), ..crate::config::Config::default() };
+        // Started without authentication: a principal added later is refused.
+        let on = reread(&config, &Principals::default()).unwrap_err().to_string();
+        assert!(on.contains("restart it to turn it on"), "{on}");
+        // Started with it: the same file reads, narrowed keys included.
+        let current = Principals::load(vec![], &[spec("orders", tokens.clone(), &["o/"])]).unwrap();
+        std::fs::write(&cfg, table.replace("\"o/\"", "\"o/x\"")).unwrap();
+        let new = reread(&config, &current).unwrap();
+        assert_eq!(new.by_name("orders").unwrap().prefixes, vec![b"o/x".to_vec()]);
+        // The config file emptied of its principals: refused, never "auth off".
+        std::fs::write(&cfg, "").unwrap();
+        let off = reread(&config, &current).unwrap_err().to_string();
+        assert!(off.contains("would turn client authentication off"), "{off}");
     }
 }

@@ -133,7 +133,7 @@ impl Material {
     pub fn reload(&self, config: &Config) -> Vec<String> {
         let mut problems = Vec::new();
         if config.client_tokens_file.is_some() || config.config_file.is_some() {
-            match principal::reread(config) {
+            match principal::reread(config, &self.client_tokens.get()) {
                 Ok(principals) => self.client_tokens.set(principals),
                 Err(e) => problems.push(e.to_string()),
             }
