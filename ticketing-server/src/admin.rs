@@ -35,6 +35,10 @@ pub struct AdminState {
     pub cluster: Option<Arc<ClusterReplicator>>,
     /// Admin tokens; empty = no token asked (replaced on SIGHUP).
     pub tokens: Arc<crate::reload::Current<Vec<ticketing_proto::auth::Secret>>>,
+    /// The admin port's TLS: when on, a follower's console never reads the
+    /// leader through itself (that read is plain HTTP: its token would
+    /// cross the network in clear); the page links to the leader instead.
+    pub tls: Arc<crate::reload::ClientTls>,
 }
 
 /// How long a connection has to send a whole request head (and, with TLS,

@@ -206,6 +206,7 @@ async fn run_node(
             replicator: replicator.clone(),
             cluster: cluster.clone(),
             tokens: material.admin_tokens.clone(),
+            tls: material.admin_tls.clone(),
         };
         let limits = crate::admin::AdminLimits {
             max_connections: config.admin_max_connections,

@@ -71,7 +71,8 @@ async fn start() -> (u16, ManagerHandle) {
     let addr = Addr::new("127.0.0.1:1").unwrap();
     let replicator: Arc<dyn Replicator> = Arc::new(Standalone::new(addr.clone()));
     let manager = manager::spawn(replicator.clone(), Limits::default(), Arc::default(), addr);
-    let state = AdminState { manager: manager.clone(), replicator, cluster: None, tokens: Arc::default() };
+    let state =
+        AdminState { manager: manager.clone(), replicator, cluster: None, tokens: Arc::default(), tls: Arc::default() };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(serve(listener, state, crate::admin::AdminLimits::default()));

@@ -166,6 +166,11 @@ async fn lock(s: &AdminState, key: &str) -> Response {
 /// or, without a reachable leader, `503 not the leader`.
 async fn from_leader(s: &AdminState, path: &str) -> Option<Response> {
     let not_serving = super::not_serving(s)?;
+    if s.tls.is_on() {
+        // This read is plain HTTP: with admin TLS the token would cross the
+        // network in clear. The page links to the leader's console instead.
+        return Some(not_serving);
+    }
     let Some(addr) = super::other_leader_admin(s) else { return Some(not_serving) };
     // Read with this node's own admin token (the caller passed this node's
     // check; the nodes of a cluster share their admin tokens).
