@@ -122,11 +122,7 @@ fn a_best_effort_release_answered_f_is_done_not_retried() {
 #[test]
 fn the_query_of_an_indeterminate_acquire_answered_f_ends_its_resolution() {
     let mut w = one_leader();
-    w.acquire("k", 5.0, 10.0, 0.0);
-    let (conn, ..) = w.last_acquire();
-    w.hang_up(conn);
-    w.run_for(ms(10));
-    let (qconn, qid, ..) = w.queries_seen()[0].clone();
+    let (qconn, qid) = indeterminate_query(&mut w);
     w.send(qconn, &format!("F {qid} k\n"));
     assert_eq!(w.resolved, vec![("k".to_owned(), Outcome::Forbidden, None)]);
     assert!(w.conns[&qconn].open);

@@ -196,11 +196,7 @@ fn indeterminate_acquire_is_queried_and_released_on_h() {
 #[test]
 fn indeterminate_acquire_answered_n_is_done_without_a_release() {
     let mut w = one_leader();
-    w.acquire("k", 5.0, 10.0, 0.0);
-    let (conn, ..) = w.last_acquire();
-    w.hang_up(conn);
-    w.run_for(ms(10));
-    let (qconn, qid, ..) = w.queries_seen()[0].clone();
+    let (qconn, qid) = indeterminate_query(&mut w);
     w.send(qconn, &format!("N {qid} k\n"));
     assert_eq!(w.resolved, vec![("k".to_owned(), Outcome::NotHolder, None)]);
     w.run_for(Duration::from_secs(10));

@@ -360,6 +360,17 @@ pub fn retry_gaps(w: &World, addr: &str) -> Vec<u64> {
     times.windows(2).map(|p| p[1] - p[0]).collect()
 }
 
+/// An acquire of `k` whose connection hangs up once it is written: it ends
+/// Indeterminate and the lane asks `Q`; the connection and id of that query.
+pub fn indeterminate_query(w: &mut World) -> (ConnId, RequestId) {
+    w.acquire("k", 5.0, 10.0, 0.0);
+    let (conn, ..) = w.last_acquire();
+    w.hang_up(conn);
+    w.run_for(ms(10));
+    let (qconn, qid, ..) = w.queries_seen()[0].clone();
+    (qconn, qid)
+}
+
 pub fn ticket(w: &mut World) -> Grant {
     let op = w.acquire("k", 5.0, 30.0, 0.0);
     let (conn, id, _, owner) = w.last_acquire();
