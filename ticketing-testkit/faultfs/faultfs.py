@@ -101,14 +101,15 @@ SIGTERM or SIGINT unmounts it and removes the socket; so does an unmount
 (fusermount3 -u MOUNTPOINT); --exit-with-parent does the same when the
 process that started it exits.
 
-Code: this file has the FUSE operations (FaultFS), the power loss and
-main(); overlay.py the dirty-data extents (Overlay); control.py the control
-socket and its commands. faultfs.py is the one to run.
+Code: this file has the FUSE operations on inodes and files (FaultFS) and
+main(); namespace.py the directory and name operations; nodes.py the inode
+and handle entries and the error wrapper; power.py the power loss;
+overlay.py the dirty-data extents (Overlay); control.py the control socket
+and its commands. faultfs.py is the one to run.
 """
 
 import argparse
 import errno
-import functools
 import logging
 import os
 import random
@@ -117,7 +118,6 @@ import stat as stat_m
 import sys
 import time
 import traceback
-import urllib.parse
 
 try:
     import pyfuse3
@@ -142,71 +142,12 @@ log = logging.getLogger("faultfs")
 TIMEOUT = 1.0
 
 
-class Node:
-    """One inode the kernel knows (or that still has dirty data)."""
-
-    __slots__ = ("ino", "key", "paths", "lookup", "fhs", "ov", "mtime_ns")
-
-    def __init__(self, ino, key, path):
-        self.ino = ino
-        self.key = key  # (st_dev, st_ino) of the backing file; None once orphaned
-        self.paths = {path} if path is not None else set()
-        self.lookup = 0
-        self.fhs = set()
-        self.ov = Overlay()
-        self.mtime_ns = 0  # time of the last dirty write
+from nodes import Handle, Node, backing_flags, handler
+from namespace import Namespace
+from power import PowerLoss
 
 
-class Handle:
-    __slots__ = ("fd", "node")
-
-    def __init__(self, fd, node):
-        self.fd = fd
-        self.node = node
-
-
-def handler(fn):
-    """Turns OSError into FUSEError and any other exception into EIO (an
-    exception escaping a pyfuse3 handler would end the main loop)."""
-
-    @functools.wraps(fn)
-    async def wrapper(*args, **kwargs):
-        try:
-            return await fn(*args, **kwargs)
-        except FUSEError:
-            raise
-        except OSError as exc:
-            raise FUSEError(exc.errno or errno.EIO) from None
-        except trio.Cancelled:
-            raise
-        except Exception:
-            log.error("faultfs: %s failed:\n%s", fn.__name__, traceback.format_exc())
-            raise FUSEError(errno.EIO) from None
-
-    return wrapper
-
-
-def backing_flags(flags):
-    """The flags of the backing open: read-write (fsync of any descriptor
-    writes the inode's dirty data), no O_APPEND (pwrite must honour the
-    offset the kernel gives), no O_TRUNC/O_CREAT/O_EXCL (handled apart), no
-    O_DIRECT (alignment) and no O_SYNC/O_DSYNC (the kernel follows each
-    write through such a descriptor with an fsync request)."""
-    strip = (
-        os.O_ACCMODE
-        | os.O_APPEND
-        | os.O_TRUNC
-        | os.O_CREAT
-        | os.O_EXCL
-        | os.O_NOCTTY
-        | getattr(os, "O_DIRECT", 0)
-        | os.O_SYNC
-        | os.O_DSYNC
-    )
-    return (flags & ~strip) | os.O_RDWR | os.O_CLOEXEC
-
-
-class FaultFS(pyfuse3.Operations):
+class FaultFS(PowerLoss, Namespace, pyfuse3.Operations):
     supports_dot_lookup = True
     enable_writeback_cache = False
 
@@ -477,121 +418,6 @@ class FaultFS(pyfuse3.Operations):
         return os.fsencode(os.readlink(self._path(self._node(inode))))
 
     @handler
-    async def opendir(self, inode, ctx):
-        node = self._node(inode)
-        if not stat_m.S_ISDIR(self._stat(node).st_mode):
-            raise FUSEError(errno.ENOTDIR)
-        return inode
-
-    @handler
-    async def readdir(self, fh, start_id, token):
-        node = self._node(fh)
-        path = self._path(node)
-        entries = []
-        for name in os.listdir(path):
-            child = os.path.join(path, name)
-            try:
-                st = os.lstat(child)
-            except OSError:
-                continue  # removed meanwhile
-            entries.append((self._node_for(st, child), name, st))
-        entries.sort(key=lambda e: e[0].ino)
-        replying = True
-        for child_node, name, st in entries:
-            if replying and child_node.ino > start_id:
-                if pyfuse3.readdir_reply(token, os.fsencode(name), self._entry(child_node, st), child_node.ino):
-                    child_node.lookup += 1
-                else:
-                    replying = False
-            self._maybe_drop(child_node)
-
-    @handler
-    async def releasedir(self, fh):
-        pass
-
-    @handler
-    async def fsyncdir(self, fh, datasync):
-        # Metadata is durable at once in this model: nothing to write.
-        self.fsyncs += 1
-        self._fault("fsync")
-
-    @handler
-    async def mkdir(self, parent_inode, name, mode, ctx):
-        path = self._child(parent_inode, name)
-        self._fault("mkdir")
-        os.mkdir(path, mode & ~ctx.umask)
-        return self._made(path, ctx)
-
-    @handler
-    async def rmdir(self, parent_inode, name, ctx):
-        path = self._child(parent_inode, name)
-        self._fault("rmdir")
-        st = os.lstat(path)
-        os.rmdir(path)
-        self._unlinked(path, st)
-
-    @handler
-    async def unlink(self, parent_inode, name, ctx):
-        path = self._child(parent_inode, name)
-        self._fault("unlink")
-        st = os.lstat(path)
-        os.unlink(path)
-        self._unlinked(path, st)
-
-    @handler
-    async def rename(self, parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx):
-        old = self._child(parent_inode_old, name_old)
-        new = self._child(parent_inode_new, name_new)
-        self._fault("rename")
-        if flags & pyfuse3.RENAME_EXCHANGE:
-            raise FUSEError(errno.EINVAL)
-        st_old = os.lstat(old)
-        try:
-            st_new = os.lstat(new)
-        except FileNotFoundError:
-            st_new = None
-        if st_new is not None and flags & pyfuse3.RENAME_NOREPLACE:
-            raise FUSEError(errno.EEXIST)
-        os.rename(old, new)
-        if old == new:
-            return
-        if st_new is not None and (st_new.st_dev, st_new.st_ino) != (st_old.st_dev, st_old.st_ino):
-            self._unlinked(new, st_new)
-        moved = self.by_key.get((st_old.st_dev, st_old.st_ino))
-        if stat_m.S_ISDIR(st_old.st_mode):
-            prefix = old + "/"
-            for node in self.nodes.values():
-                if any(p == old or p.startswith(prefix) for p in node.paths):
-                    node.paths = {new + p[len(old) :] if p == old or p.startswith(prefix) else p for p in node.paths}
-        elif moved is not None:
-            moved.paths.discard(old)
-            moved.paths.add(new)
-
-    @handler
-    async def link(self, inode, new_parent_inode, new_name, ctx):
-        node = self._node(inode)
-        path = self._child(new_parent_inode, new_name)
-        self._fault("create")
-        os.link(self._path(node), path, follow_symlinks=False)
-        node.paths.add(path)
-        node.lookup += 1
-        return self._entry(node, self._stat(node))
-
-    @handler
-    async def symlink(self, parent_inode, name, target, ctx):
-        path = self._child(parent_inode, name)
-        self._fault("create")
-        os.symlink(os.fsdecode(target), path)
-        return self._made(path, ctx)
-
-    @handler
-    async def mknod(self, parent_inode, name, mode, rdev, ctx):
-        path = self._child(parent_inode, name)
-        self._fault("create")
-        os.mknod(path, mode & ~ctx.umask, rdev)
-        return self._made(path, ctx)
-
-    @handler
     async def statfs(self, ctx):
         sv = os.statvfs(self.backing)
         out = pyfuse3.StatvfsData()
@@ -694,72 +520,6 @@ class FaultFS(pyfuse3.Operations):
             h.node.ov = Overlay()  # unlinked and closed: its data is gone
         self._maybe_drop(h.node)
 
-    # ----- power loss (the `powerloss` and `crash` commands) ----------------
-
-    def _label(self, node):
-        if node.paths:
-            rel = os.path.relpath(self._path(node), self.backing)
-        else:
-            rel = "(unlinked inode %d)" % node.ino
-        return urllib.parse.quote(rel, safe="/()")
-
-    def _writable_fd(self, node):
-        """A descriptor to write the node's backing file and whether to
-        close it afterwards; (None, False) for an unlinked, closed file."""
-        for fh in node.fhs:
-            return self.handles[fh].fd, False
-        if node.paths:
-            return os.open(self._path(node), os.O_WRONLY | os.O_CLOEXEC), True
-        return None, False
-
-    async def power_loss(self, mode):
-        self.power_gen += 1
-        dirty = [n for n in self.nodes.values() if n.ov]
-        dirty.sort(key=lambda n: (self._label(n), n.ino))
-        lost = kept = 0
-        notes = []
-        for node in dirty:
-            ov = node.ov
-            total = ov.nbytes
-            lost += total
-            if mode != "plain" and node.key is not None:
-                start, tail = ov.extents()[-1]
-                fd, close = self._writable_fd(node)
-                if fd is not None:
-                    try:
-                        if mode == "torn":
-                            k = self.rng.randrange(1, len(tail)) if len(tail) > 1 else 0
-                            pwrite_all(fd, tail[:k], start)
-                            kept += k
-                            lost -= k
-                            notes.append(
-                                "%s: tail of %d bytes at %d, kept %d" % (self._label(node), len(tail), start, k)
-                            )
-                        else:
-                            durable = os.fstat(fd).st_size
-                            end = start + len(tail)
-                            if end > durable:
-                                os.ftruncate(fd, end)
-                                notes.append(
-                                    "%s: size %d -> %d, %d zero bytes" % (self._label(node), durable, end, end - durable)
-                                )
-                            else:
-                                notes.append("%s: tail within the durable size %d, unchanged" % (self._label(node), durable))
-                        os.fsync(fd)
-                    finally:
-                        if close:
-                            os.close(fd)
-            node.ov = Overlay()
-            node.mtime_ns = 0
-        await self._invalidate(dirty)
-        for node in dirty:
-            self._maybe_drop(node)
-        answer = "ok lost_bytes=%d files=%d" % (lost, len(dirty))
-        if mode == "torn":
-            answer += " kept_bytes=%d" % kept
-        if notes:
-            answer += "; " + "; ".join(notes)
-        return answer
 
 
 async def watch_signals():
