@@ -480,7 +480,9 @@ impl ClientConn<'_> {
         if !l.serving || self.stale(&l) {
             return Some(End::Fatal(self.not_serving_frame(&l)));
         }
-        if let Some(key) = self.forbidden_key(&frame) {
+        // One read of the principal's current definition per request.
+        let current = self.principal.as_ref().map(|name| self.ctx.client_tokens.get().by_name(name).cloned());
+        if let Some(key) = current.as_ref().and_then(|p| forbidden_key(&frame, p.as_deref())) {
             // Final, and the connection stays (docs/protocol.md, "The answer F").
             let principal = self.principal.as_deref().unwrap_or_default();
             self.ctx.manager.metrics().forbidden(principal);
@@ -490,7 +492,11 @@ impl ClientConn<'_> {
         }
         let conn = self.id;
         let read_at = read_at.into_std();
-        let principal = self.principal_cap();
+        let principal = self
+            .principal
+            .clone()
+            .zip(current)
+            .map(|(name, p)| crate::principal::PrincipalCap { name, max_waiters: p.and_then(|p| p.max_waiters) });
         let request = match frame {
             ClientFrame::Acquire { id, key, owner, wait, lease } => {
                 Request::Acquire { id, key, kind: GrantKind::Exclusive, owner, wait, lease, read_at, principal }
@@ -523,32 +529,6 @@ impl ClientConn<'_> {
         None
     }
 
-    /// Its principal's name and waiters cap, by the current definition.
-    fn principal_cap(&self) -> Option<crate::principal::PrincipalCap> {
-        let name = self.principal.clone()?;
-        let max_waiters = self.ctx.client_tokens.get().by_name(&name).and_then(|p| p.max_waiters);
-        Some(crate::principal::PrincipalCap { name, max_waiters })
-    }
-
-    /// The key of `frame` its principal may not use, by the principal's
-    /// current definition (docs/security.md, "Several teams: principals"):
-    /// for a `K`, the first such key. A principal a reload removed may use
-    /// no key. `None` with auth off.
-    fn forbidden_key(&self, frame: &ClientFrame) -> Option<ticketing_proto::Key> {
-        let name = self.principal.as_deref()?;
-        let principals = self.ctx.client_tokens.get();
-        let principal = principals.by_name(name);
-        let allowed = |k: &ticketing_proto::Key| principal.is_some_and(|p| p.may_use(k.as_bytes()));
-        match frame {
-            ClientFrame::Acquire { key, .. }
-            | ClientFrame::AcquireShared { key, .. }
-            | ClientFrame::Release { key, .. }
-            | ClientFrame::Query { key, .. } => (!allowed(key)).then(|| key.clone()),
-            ClientFrame::AcquireAll { keys, .. } => keys.as_slice().iter().find(|k| !allowed(k)).cloned(),
-            ClientFrame::Auth { .. } | ClientFrame::Ping { .. } => None,
-        }
-    }
-
     async fn on_auth(&mut self, cnonce: Hex32, cmac: Hex32) -> Option<End> {
         let principals = self.ctx.client_tokens.get();
         let tokens = principals.tokens();
@@ -579,6 +559,24 @@ impl ClientConn<'_> {
         self.last_leader = l.leader;
         debug!(?role, "authenticated");
         None
+    }
+}
+
+/// The key of `frame` that `principal` (its current definition; `None`: a
+/// reload removed it, it may use no key) may not use (docs/security.md,
+/// "Several teams: principals"): for a `K`, the first such key.
+fn forbidden_key(frame: &ClientFrame, principal: Option<&crate::principal::Principal>) -> Option<ticketing_proto::Key> {
+    let keys: &[ticketing_proto::Key] = match frame {
+        ClientFrame::Acquire { key, .. }
+        | ClientFrame::AcquireShared { key, .. }
+        | ClientFrame::Release { key, .. }
+        | ClientFrame::Query { key, .. } => std::slice::from_ref(key),
+        ClientFrame::AcquireAll { keys, .. } => keys.as_slice(),
+        ClientFrame::Auth { .. } | ClientFrame::Ping { .. } => return None,
+    };
+    match principal {
+        Some(p) => p.first_forbidden(keys).cloned(),
+        None => keys.first().cloned(),
     }
 }
 

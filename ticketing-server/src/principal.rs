@@ -62,8 +62,8 @@ impl Principal {
     }
 
     /// The first of `keys` it may not use (`None`: it may use them all).
-    pub fn first_forbidden<'k, K: AsRef<[u8]>>(&self, keys: &'k [K]) -> Option<&'k K> {
-        keys.iter().find(|k| !self.may_use(k.as_ref()))
+    pub fn first_forbidden<'k>(&self, keys: &'k [ticketing_proto::Key]) -> Option<&'k ticketing_proto::Key> {
+        keys.iter().find(|k| !self.may_use(k.as_bytes()))
     }
 }
 
@@ -256,9 +256,11 @@ mod tests {
         );
         let none = p(&[]);
         assert!(!none.may_use(b"k"));
-        let keys = ["orders/1", "payments/2", "x"];
-        assert_eq!(orders.first_forbidden(&keys), Some(&"payments/2"));
-        assert_eq!(orders.first_forbidden(&["orders/1", "carts/2"]), None);
+        let keys_all = ["orders/1", "payments/2", "x"];
+        let keys =
+            |ks: &[&str]| ks.iter().map(|k| ticketing_proto::Key::new(k.to_string()).unwrap()).collect::<Vec<_>>();
+        assert_eq!(orders.first_forbidden(&keys(&keys_all)).map(|k| k.as_str()), Some("payments/2"));
+        assert_eq!(orders.first_forbidden(&keys(&["orders/1", "carts/2"])), None);
     }
 
     struct TempDir(PathBuf);
