@@ -89,7 +89,8 @@ export declare class TicketBroker implements AsyncDisposable {
    * `budget` is the least time the caller needs once granted.
    *
    * Resolves to a Ticket, or `null` when not granted within `wait`.
-   * Rejects with BusyError, IndeterminateError (do NOT enter the critical
+   * Rejects with BusyError, ForbiddenError (this token may not use `key`;
+   * `err.key` names it), IndeterminateError (do NOT enter the critical
    * section), InsufficientTimeError, UnavailableError, ClosedError,
    * AuthFailedError; with TypeError/RangeError for bad arguments (nothing
    * is sent); with `signal.reason` when aborted.
@@ -188,8 +189,9 @@ export declare class Ticket implements AsyncDisposable {
    * Releases exactly this grant, every key of it: true when released, false
    * when it no longer held the lock (expired, or released before; for
    * several keys: any of them). Rejects with
-   * ReleaseUnconfirmedError without a final answer within 5 s. A second
-   * call resolves to the first definite result.
+   * ReleaseUnconfirmedError without a final answer within 5 s, with
+   * ForbiddenError when the server answered that this token may no longer
+   * use the key (final). A second call resolves to the first definite result.
    */
   release(): Promise<boolean>
   /** `await using ticket = …` releases it. */

@@ -3,7 +3,7 @@
 import test from 'node:test'
 import assert from 'node:assert/strict'
 import { createRequire } from 'node:module'
-import ticketing, { TicketBroker, TicketingError, BusyError, LockTimeoutError, version } from 'ticketing'
+import ticketing, { TicketBroker, TicketingError, BusyError, ForbiddenError, LockTimeoutError, version } from 'ticketing'
 
 const require = createRequire(import.meta.url)
 
@@ -12,6 +12,7 @@ test('import { TicketBroker } from "ticketing" is require("ticketing").TicketBro
   assert.equal(TicketBroker, cjs.TicketBroker)
   assert.equal(TicketingError, cjs.TicketingError)
   assert.equal(BusyError, cjs.BusyError)
+  assert.equal(ForbiddenError, cjs.ForbiddenError)
   assert.equal(ticketing, cjs)
   assert.equal(typeof version, 'string')
   assert.ok(new LockTimeoutError('x') instanceof TicketingError)

@@ -11,6 +11,7 @@ from ticketing import _native, aio
 
 ERRORS = {
     "BusyError": "busy",
+    "ForbiddenError": "forbidden",
     "IndeterminateError": "indeterminate",
     "InsufficientTimeError": "insufficient_time",
     "UnavailableError": "unavailable",

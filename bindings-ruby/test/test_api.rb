@@ -142,9 +142,9 @@ class TestApi < Minitest::Test
   end
 
   def test_error_tree
-    classes = [Ticketing::BusyError, Ticketing::IndeterminateError, Ticketing::InsufficientTimeError,
-               Ticketing::UnavailableError, Ticketing::ReleaseUnconfirmedError, Ticketing::ClosedError,
-               Ticketing::AuthFailedError, Ticketing::LockTimeoutError]
+    classes = [Ticketing::BusyError, Ticketing::ForbiddenError, Ticketing::IndeterminateError,
+               Ticketing::InsufficientTimeError, Ticketing::UnavailableError, Ticketing::ReleaseUnconfirmedError,
+               Ticketing::ClosedError, Ticketing::AuthFailedError, Ticketing::LockTimeoutError]
     assert_operator Ticketing::Error, :<, StandardError
     classes.each do |c|
       assert_operator c, :<, Ticketing::Error

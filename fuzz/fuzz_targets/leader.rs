@@ -78,10 +78,12 @@ fuzz_target!(|data: &[u8]| {
                     lease: 1 + (op >> 4) % 3,
                     read_at: now,
                     // Half of the acquires belong to a principal with a
-                    // waiters cap of 2 (its count is checked by `check`).
+                    // waiters cap of 2 and a held-keys cap of 3 (its counts
+                    // are checked by `check`).
                     principal: (next_id % 2 == 1).then(|| ticketing_server::principal::PrincipalCap {
                         name: std::sync::Arc::from("team"),
                         max_waiters: Some(2),
+                        max_held_keys: Some(3),
                     }),
                 };
                 leader.handle_request(now, conn, r, &state);

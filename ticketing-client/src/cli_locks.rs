@@ -4,23 +4,75 @@
 //! leader's admin address; it is followed once.
 
 use serde_json::Value;
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::rustls::{self, pki_types::pem::PemObject, pki_types::CertificateDer, pki_types::ServerName};
 
 /// How long one HTTP exchange may take.
 const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// HTTPS to admin ports with `--admin-tls-cert`: their certificates are
+/// verified against the CA certificates (PEM) in `ca`.
+pub fn tls(ca: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
+    let bad = |why: String| format!("--admin-ca {}: {why}", ca.display());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| bad(format!("{e:?}")))? {
+        roots.add(cert.map_err(|e| bad(format!("{e:?}")))?).map_err(|e| bad(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(bad("no PEM certificate found".into()));
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| bad(e.to_string()))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+/// A connection to `admin`, over TLS when `tls` is given.
+async fn connect(admin: &str, tls: Option<&Arc<rustls::ClientConfig>>) -> Result<Box<dyn Stream>, String> {
+    let tcp = TcpStream::connect(admin).await.map_err(|e| format!("cannot connect to {admin}: {e}"))?;
+    let Some(config) = tls else { return Ok(Box::new(tcp)) };
+    let host = match admin.rsplit_once(':') {
+        Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
+        None => admin,
+    };
+    let name =
+        ServerName::try_from(host.to_owned()).map_err(|_| format!("{admin}: {host:?} is not a TLS server name"))?;
+    let s = tokio_rustls::TlsConnector::from(config.clone())
+        .connect(name, tcp)
+        .await
+        .map_err(|e| format!("{admin}: TLS: {e}"))?;
+    Ok(Box::new(s))
+}
+
 /// One `GET`: (status code, body); with `Authorization: Bearer <token>`
 /// when an admin token is given.
-async fn get(admin: &str, path: &str, token: Option<&str>) -> Result<(u16, String), String> {
+async fn get(
+    admin: &str,
+    path: &str,
+    token: Option<&str>,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> Result<(u16, String), String> {
     let exchange = async {
-        let mut s = TcpStream::connect(admin).await.map_err(|e| format!("cannot connect to {admin}: {e}"))?;
+        let mut s = connect(admin, tls).await?;
         let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
         let req = format!("GET {path} HTTP/1.1\r\nHost: {admin}\r\n{auth}Connection: close\r\n\r\n");
         s.write_all(req.as_bytes()).await.map_err(|e| format!("{admin}: {e}"))?;
         let mut out = Vec::new();
-        s.read_to_end(&mut out).await.map_err(|e| format!("{admin}: {e}"))?;
+        if let Err(e) = s.read_to_end(&mut out).await {
+            // A TLS peer that closes without close_notify still sent its whole answer.
+            if out.is_empty() || e.kind() != std::io::ErrorKind::UnexpectedEof {
+                return Err(format!("{admin}: {e}"));
+            }
+        }
         let text = String::from_utf8_lossy(&out).into_owned();
         let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| format!("{admin}: not an HTTP answer"))?;
         let code = head
@@ -54,11 +106,17 @@ pub enum Failure {
 }
 
 /// Fetches `/locks/<key>` from the leader (following a follower's pointer
-/// once), with the admin token if given.
-pub async fn fetch(admin: &str, key: &str, token: Option<&str>) -> Result<Value, Failure> {
+/// once), with the admin token if given, over TLS if `tls` is given.
+pub async fn fetch(
+    admin: &str,
+    key: &str,
+    token: Option<&str>,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> Result<Value, Failure> {
     let mut at = admin.to_owned();
     for _ in 0..2 {
-        let (code, body) = get(&at, &format!("/locks/{}", encode(key)), token).await.map_err(Failure::Unavailable)?;
+        let (code, body) =
+            get(&at, &format!("/locks/{}", encode(key)), token, tls).await.map_err(Failure::Unavailable)?;
         if code == 401 {
             let why =
                 if token.is_some() { "refused the admin token" } else { "needs an admin token (--admin-token-file)" };

@@ -20,7 +20,8 @@ async fn ticketing(args: &[&str], envs: &[(&str, &str)]) -> Run {
         .env_remove("TICKETING_ADDR")
         .env_remove("TICKETING_TOKEN_FILE")
         .env_remove("TICKETING_TLS")
-        .env_remove("TICKETING_ADMIN_TOKEN_FILE");
+        .env_remove("TICKETING_ADMIN_TOKEN_FILE")
+        .env_remove("TICKETING_ADMIN_CA");
     for (k, v) in envs {
         cmd.env(k, v);
     }
@@ -354,6 +355,9 @@ async fn locks_prints_holder_and_waiters_following_a_follower_to_the_leader() {
     assert_eq!(r.code, Some(69), "{}", r.stderr);
     assert!(r.stderr.contains("not the leader"), "{}", r.stderr);
     assert_eq!(ticketing(&["locks", "k"], &[]).await.code, Some(64), "--admin is required");
+    let r = ticketing(&["locks", "k", "--admin", &lost, "--admin-ca", "/nonexistent/admin-ca.pem"], &[]).await;
+    assert_eq!(r.code, Some(64), "{}", r.stderr);
+    assert!(r.stderr.contains("--admin-ca /nonexistent/admin-ca.pem"), "{}", r.stderr);
 }
 
 /// S → G (slot 1), K → A, R → R.

@@ -6,8 +6,11 @@
 //! Works in standalone and cluster mode. Bodies are serde structs; each
 //! endpoint reads only what it shows.
 
+pub mod accept;
 pub mod series;
 pub mod ui;
+
+pub use accept::{AdminLimits, CONNECTION_TIMEOUT, HEADER_TIMEOUT};
 
 use crate::cluster::{ClusterReplicator, ClusterStatus};
 use crate::manager::metrics::gauge_value;
@@ -41,129 +44,15 @@ pub struct AdminState {
     pub tls: Arc<crate::reload::ClientTls>,
 }
 
-/// How long a connection has to send a whole request head (and, with TLS,
-/// to finish the TLS handshake): a slow or idle connection is closed.
-pub const HEADER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-/// How long one connection may live: one request and its answer
-/// (connections are not kept alive).
-pub const CONNECTION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// What bounds the admin port (docs/security.md, "The admin port").
-#[derive(Clone)]
-pub struct AdminLimits {
-    /// Connections at once (`--admin-max-connections`); a quarter of them
-    /// (at least 1) from one address.
-    pub max_connections: usize,
-    /// TLS (`--admin-tls-cert`/`--admin-tls-key`; replaced on SIGHUP).
-    pub tls: Arc<crate::reload::ClientTls>,
-}
-
-impl Default for AdminLimits {
-    fn default() -> AdminLimits {
-        AdminLimits { max_connections: 64, tls: Arc::default() }
-    }
-}
-
 /// Serves the admin endpoints on `listener` until the task is dropped
-/// (the console's sampler stops with it). Each connection: at most
-/// `max_connections` at once and a quarter of them from one address (more
-/// are closed at once and counted), TLS if configured, one request whose
-/// head must arrive within [`HEADER_TIMEOUT`], all within
-/// [`CONNECTION_TIMEOUT`].
+/// (the console's sampler stops with it), within `limits` (`accept`:
+/// connection slots, the unauthenticated budget, TLS, timeouts).
 pub async fn serve(listener: TcpListener, state: AdminState, limits: AdminLimits) -> std::io::Result<()> {
     let series = Arc::new(Series::default());
     let _sampler = AbortOnDrop(tokio::spawn(sample(state.clone(), series.clone())));
-    let app = app(state.clone(), series);
-    let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections.max(1)));
-    let per_addr = PerAddress::new((limits.max_connections / 4).max(1));
-    loop {
-        let (socket, peer) = match listener.accept().await {
-            Ok(pair) => pair,
-            Err(e) => {
-                tracing::warn!(error = %e, "admin accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let (Ok(slot), Some(mine)) = (slots.clone().try_acquire_owned(), per_addr.take(peer.ip())) else {
-            state.manager.metrics().limits.admin_connections_refused.inc();
-            tracing::debug!(%peer, "admin connection refused: too many connections");
-            continue;
-        };
-        let (app, tls) = (app.clone(), limits.tls.acceptor());
-        tokio::spawn(async move {
-            let _held = (slot, mine);
-            let conn = async move {
-                match tls {
-                    Some(acceptor) => {
-                        if let Ok(Ok(s)) = tokio::time::timeout(HEADER_TIMEOUT, acceptor.accept(socket)).await {
-                            serve_http(hyper_util::rt::TokioIo::new(s), app).await;
-                        }
-                    }
-                    None => serve_http(hyper_util::rt::TokioIo::new(socket), app).await,
-                }
-            };
-            let _ = tokio::time::timeout(CONNECTION_TIMEOUT, conn).await;
-        });
-    }
-}
-
-/// One HTTP/1 connection: one request, its head within [`HEADER_TIMEOUT`].
-async fn serve_http<I>(io: I, app: Router)
-where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-{
-    let service = hyper_util::service::TowerToHyperService::new(app);
-    let served = hyper::server::conn::http1::Builder::new()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT)
-        .keep_alive(false)
-        .serve_connection(io, service)
-        .await;
-    if let Err(e) = served {
-        tracing::debug!(error = %e, "admin connection ended");
-    }
-}
-
-/// Connections per source address, each counted while its guard lives.
-#[derive(Clone)]
-struct PerAddress {
-    counts: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
-    max: usize,
-}
-
-impl PerAddress {
-    fn new(max: usize) -> PerAddress {
-        PerAddress { counts: Arc::default(), max }
-    }
-
-    /// A place for one more connection from `ip`, if it has fewer than the maximum.
-    fn take(&self, ip: std::net::IpAddr) -> Option<AddressGuard> {
-        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        let n = counts.entry(ip).or_insert(0);
-        if *n >= self.max {
-            return None;
-        }
-        *n += 1;
-        Some(AddressGuard { per: self.clone(), ip })
-    }
-}
-
-struct AddressGuard {
-    per: PerAddress,
-    ip: std::net::IpAddr,
-}
-
-impl Drop for AddressGuard {
-    fn drop(&mut self) {
-        let mut counts = self.per.counts.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = counts.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                counts.remove(&self.ip);
-            }
-        }
-    }
+    let counters = state.manager.metrics().limits.clone();
+    let app = app(state, series);
+    match accept::accept_loop(listener, app, limits, counters).await {}
 }
 
 /// Every admin route (tests serve it without a socket).

@@ -492,11 +492,11 @@ impl ClientConn<'_> {
         }
         let conn = self.id;
         let read_at = read_at.into_std();
-        let principal = self
-            .principal
-            .clone()
-            .zip(current)
-            .map(|(name, p)| crate::principal::PrincipalCap { name, max_waiters: p.and_then(|p| p.max_waiters) });
+        let principal = self.principal.clone().zip(current).map(|(name, p)| crate::principal::PrincipalCap {
+            name,
+            max_waiters: p.as_ref().and_then(|p| p.max_waiters),
+            max_held_keys: p.and_then(|p| p.max_held_keys),
+        });
         let request = match frame {
             ClientFrame::Acquire { id, key, owner, wait, lease } => {
                 Request::Acquire { id, key, kind: GrantKind::Exclusive, owner, wait, lease, read_at, principal }

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use ticketing_proto::auth::Secret;
+use ticketing_proto::limits::MAX_KEY_LEN;
 
 /// The name of the principal of `--client-tokens-file`.
 pub const DEFAULT: &str = "default";
@@ -32,6 +33,10 @@ pub struct PrincipalSpec {
     /// multi-key waiter once per key); over it: `B`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_waiters: Option<usize>,
+    /// Keys its grants may hold at once, over all its connections (a
+    /// multi-key grant once per key, a counted holder once); over it: `B`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_held_keys: Option<usize>,
 }
 
 /// One principal as the server checks it.
@@ -43,16 +48,20 @@ pub struct Principal {
     pub prefixes: Vec<Vec<u8>>,
     /// Waiters it may have queued at once (`None`: only the server's limits).
     pub max_waiters: Option<usize>,
+    /// Keys its grants may hold at once (`None`: only the server's limits).
+    pub max_held_keys: Option<usize>,
 }
 
 /// What the leader checks of a request's principal: its name (the count of
-/// its waiters) and its cap, by its current definition.
+/// its waiters and held keys) and its caps, by its current definition.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PrincipalCap {
     /// The principal's name.
     pub name: Arc<str>,
     /// Its waiters cap.
     pub max_waiters: Option<usize>,
+    /// Its held-keys cap.
+    pub max_held_keys: Option<usize>,
 }
 
 impl Principal {
@@ -87,7 +96,12 @@ impl Principals {
         let mut p = Principals::default();
         if !default_tokens.is_empty() {
             p.push(
-                Principal { name: DEFAULT.to_owned(), prefixes: vec![Vec::new()], max_waiters: None },
+                Principal {
+                    name: DEFAULT.to_owned(),
+                    prefixes: vec![Vec::new()],
+                    max_waiters: None,
+                    max_held_keys: None,
+                },
                 default_tokens,
             )?;
         }
@@ -102,14 +116,28 @@ impl Principals {
                     format!("{:?}: keys is empty: list the key prefixes it may use ([\"\"] = every key)", spec.name),
                 ));
             }
+            if let Some(bad) = spec.keys.iter().find(|k| !prefix_can_match(k)) {
+                return Err(invalid(
+                    "[[principal]]",
+                    format!(
+                        "{:?}: the key prefix {bad:?} can start no key: a key is 1-{MAX_KEY_LEN} bytes in \
+                         0x21-0x7E (visible ASCII, no space), so a prefix is \"\" or such bytes",
+                        spec.name
+                    ),
+                ));
+            }
             if spec.max_waiters == Some(0) {
                 return Err(invalid("[[principal]]", format!("{:?}: max_waiters must be at least 1", spec.name)));
+            }
+            if spec.max_held_keys == Some(0) {
+                return Err(invalid("[[principal]]", format!("{:?}: max_held_keys must be at least 1", spec.name)));
             }
             let tokens = tokens_file(&spec.name, &spec.tokens_file)?;
             let principal = Principal {
                 name: spec.name.clone(),
                 prefixes: spec.keys.iter().map(|k| k.as_bytes().to_vec()).collect(),
                 max_waiters: spec.max_waiters,
+                max_held_keys: spec.max_held_keys,
             };
             p.push(principal, tokens)?;
         }
@@ -169,7 +197,7 @@ impl Principals {
 /// their tokens files. All or nothing: any problem is an error, and the
 /// caller keeps the principals it has (`current`). Whether client
 /// authentication is on is decided at start: new principals that would turn
-/// it off (no token left: a config file emptied by mistake) or on (a
+/// it off (no token left, say a config file emptied by mistake) or on (a
 /// connection opened without authentication would keep every key) are an
 /// error too.
 pub fn reread(config: &crate::config::Config, current: &Principals) -> Result<Principals, ConfigError> {
@@ -185,9 +213,10 @@ pub fn reread(config: &crate::config::Config, current: &Principals) -> Result<Pr
             "no client token is left (no --client-tokens-file token, no principal): that would turn client \
              authentication off; restart the server to run without authentication",
         )),
-        (true, false) => {
-            Err(invalid("[[principal]]", "the server runs without client authentication: restart it to turn it on"))
-        }
+        (true, false) => Err(invalid(
+            "[[principal]]",
+            "the server runs without client authentication: restart it to turn authentication on",
+        )),
         _ => Ok(new),
     }
 }
@@ -201,6 +230,12 @@ fn specs_of_file(path: &Path) -> Result<Vec<PrincipalSpec>, ConfigError> {
         None => Ok(Vec::new()),
         Some(v) => v.try_into().map_err(|e: toml::de::Error| file_error(format!("[[principal]]: {e}"))),
     }
+}
+
+/// Whether some key can start with `prefix`: `""`, or at most
+/// `MAX_KEY_LEN` bytes that a key may have (docs/protocol.md, "Fields").
+fn prefix_can_match(prefix: &str) -> bool {
+    prefix.len() <= MAX_KEY_LEN && prefix.bytes().all(|b| (0x21..=0x7E).contains(&b))
 }
 
 /// `[a-z0-9_-]`, 1-64 bytes.
@@ -236,6 +271,7 @@ mod tests {
             name: "t".into(),
             prefixes: prefixes.iter().map(|s| s.as_bytes().to_vec()).collect(),
             max_waiters: None,
+            max_held_keys: None,
         }
     }
 
@@ -292,6 +328,7 @@ mod tests {
             tokens_file,
             keys: keys.iter().map(|s| s.to_string()).collect(),
             max_waiters: None,
+            max_held_keys: None,
         }
     }
 
@@ -323,12 +360,51 @@ mod tests {
         assert!(err(&[spec("A", a.clone(), &["a/"])]).contains("name \"A\""));
         assert!(err(&[spec("", a.clone(), &["a/"])]).contains("name"));
         assert!(err(&[spec("a", a.clone(), &[])]).contains("keys is empty"));
+        // A prefix no key can start with: multibyte UTF-8, a space, too long.
+        for bad in ["é/", "orders /", "tab\t", &"k".repeat(251)] {
+            let e = err(&[spec("a", a.clone(), &["a/", bad])]);
+            assert!(e.contains("can start no key") && e.contains("\"a\""), "{e}");
+        }
+        let longest = "k".repeat(250);
+        assert!(Principals::load(vec![], &[spec("a", a.clone(), &["", "~", &longest])]).is_ok());
         assert!(err(&[spec("a", a.clone(), &["a/"]), spec("a", b.clone(), &["b/"])]).contains("given twice"));
         let mut capped = spec("a", a.clone(), &["a/"]);
         capped.max_waiters = Some(0);
         assert!(err(&[capped]).contains("max_waiters must be at least 1"));
+        let mut capped = spec("a", a.clone(), &["a/"]);
+        capped.max_held_keys = Some(0);
+        assert!(err(&[capped]).contains("max_held_keys must be at least 1"));
         let dup = file(dir.path(), "dup", "tok-a\n");
         assert!(err(&[spec("a", a.clone(), &["a/"]), spec("c", dup, &["c/"])]).contains("also a token of \"a\""));
+    }
+
+    #[test]
+    fn a_reload_reads_everything_again_and_never_turns_authentication_off_or_on() {
+        let dir = TempDir::new("reread");
+        let tokens = file(dir.path(), "orders.tokens", "tok\n");
+        let table = format!("[[principal]]\nname = \"orders\"\ntokens_file = {:?}\nkeys = [\"o/\"]\n", tokens);
+        let cfg = file(dir.path(), "ticketing.toml", &table);
+        let config = crate::config::Config { config_file: Some(cfg.clone()), ..crate::config::Config::default() };
+        let on = reread(&config, &Principals::default()).unwrap_err().to_string();
+        assert!(on.contains("restart it to turn authentication on"), "{on}");
+        let current = Principals::load(vec![], &[spec("orders", tokens.clone(), &["o/"])]).unwrap();
+        // Narrowed and given a cap: read again, all of it.
+        std::fs::write(&cfg, format!("{table}max_held_keys = 3\n").replace("\"o/\"", "\"o/x\"")).unwrap();
+        let new = reread(&config, &current).unwrap();
+        let orders = new.by_name("orders").unwrap();
+        assert_eq!((orders.prefixes.clone(), orders.max_held_keys), (vec![b"o/x".to_vec()], Some(3)));
+        // Every principal gone (a config file emptied by mistake): refused.
+        std::fs::write(&cfg, "").unwrap();
+        let off = reread(&config, &current).unwrap_err().to_string();
+        assert!(off.contains("would turn client authentication off"), "{off}");
+        // Not TOML, an unknown field, a tokens file emptied: refused.
+        for bad in ["[[principal]\n".to_owned(), format!("{table}colour = 1\n")] {
+            std::fs::write(&cfg, bad).unwrap();
+            assert!(reread(&config, &current).is_err());
+        }
+        std::fs::write(&cfg, &table).unwrap();
+        std::fs::write(&tokens, "\n").unwrap();
+        assert!(reread(&config, &current).unwrap_err().to_string().contains("holds no token"));
     }
 
     #[test]
@@ -341,26 +417,5 @@ mod tests {
             toml::from_str("[[principal]]\nname = \"orders\"\ntokens_file = \"/x\"\nkeys = [\"orders/\"]\n").unwrap();
         assert_eq!(f.principal[0].keys, vec!["orders/".to_owned()]);
         assert!(toml::from_str::<F>("[[principal]]\nname = \"o\"\ntokens_file = \"/x\"\nkeys = []\nkey = 1\n").is_err());
-    }
-
-    #[test]
-    fn a_reload_never_turns_authentication_off_or_on() {
-        let dir = TempDir::new("reread");
-        let tokens = file(dir.path(), "orders.tokens", "tok\n");
-        let table = format!("[[principal]]\nname = \"orders\"\ntokens_file = {:?}\nkeys = [\"o/\"]\n", tokens);
-        let cfg = file(dir.path(), "ticketing.toml", &table);
-        let config = crate::config::Config { config_file: Some(cfg.clone()), ..crate::config::Config::default() };
-        // Started without authentication: a principal added later is refused.
-        let on = reread(&config, &Principals::default()).unwrap_err().to_string();
-        assert!(on.contains("restart it to turn it on"), "{on}");
-        // Started with it: the same file reads, narrowed keys included.
-        let current = Principals::load(vec![], &[spec("orders", tokens.clone(), &["o/"])]).unwrap();
-        std::fs::write(&cfg, table.replace("\"o/\"", "\"o/x\"")).unwrap();
-        let new = reread(&config, &current).unwrap();
-        assert_eq!(new.by_name("orders").unwrap().prefixes, vec![b"o/x".to_vec()]);
-        // The config file emptied of its principals: refused, never "auth off".
-        std::fs::write(&cfg, "").unwrap();
-        let off = reread(&config, &current).unwrap_err().to_string();
-        assert!(off.contains("would turn client authentication off"), "{off}");
     }
 }

@@ -4,7 +4,9 @@
 //! when one key is forbidden; `--client-tokens-file` is the principal
 //! `default` with every key; a principal's tokens file that holds no token
 //! is refused at start and kept out on SIGHUP; a reload that narrows a
-//! principal's keys applies to open connections at once.
+//! principal's keys (or removes the principal) applies to open connections
+//! at once, and a reload never turns authentication off; a principal at its
+//! `max_waiters` or `max_held_keys` is answered `B`.
 
 mod common;
 use common::*;
@@ -225,4 +227,78 @@ async fn a_principal_at_its_waiters_cap_gets_b_and_others_still_queue() {
     c.send(b"A 2 k c 30 5\n").await;
     queued(admin, "k", 3).await;
     drop((b, c, d, holder));
+}
+
+#[tokio::test]
+async fn a_principal_at_its_held_keys_cap_gets_b_until_it_releases() {
+    let orders = temp_file("orders-token\n");
+    let payments = temp_file("payments-token\n");
+    let config = temp_file(&format!(
+        "[[principal]]\nname = \"orders\"\ntokens_file = {:?}\nkeys = [\"orders/\"]\nmax_held_keys = 2\n\n\
+         [[principal]]\nname = \"payments\"\ntokens_file = {:?}\nkeys = [\"\"]\n",
+        orders.to_str().unwrap(),
+        payments.to_str().unwrap(),
+    ));
+    let admin = ticketing_testkit::free_port();
+    let admin_addr = format!("127.0.0.1:{admin}");
+    let server = Server::with(&[], &["--config", config.to_str().unwrap(), "--admin-listen", &admin_addr]);
+    // Two keys over two connections: the cap is the principal's, not a connection's.
+    let mut a = Client::connect(&server.addr, b"orders-token").await;
+    let t1 = a.grab(1, "orders/1", "a", 60).await;
+    let mut b = Client::connect(&server.addr, b"orders-token").await;
+    b.grab(1, "orders/2", "b", 60).await;
+    b.send(b"A 2 orders/3 b 0 60\n").await;
+    b.expect("B 2 orders/3").await;
+    // A multi-key acquire counts each of its keys.
+    a.send(b"K 2 a 0 60 orders/4 orders/5\n").await;
+    a.expect("B 2 orders/4").await;
+    assert_eq!(metric(admin, "ticketing_principal_busy_total{principal=\"orders\"}"), 2);
+    // Another principal is not held back by it.
+    let mut p = Client::connect(&server.addr, b"payments-token").await;
+    p.grab(1, "orders/3", "p", 60).await;
+    // A release frees a place, on any of the principal's connections.
+    a.release(3, "orders/1", "a", t1).await;
+    a.expect("R 3 orders/1").await;
+    b.grab(4, "orders/4", "b", 60).await;
+    b.send(b"A 5 orders/5 b 0 60\n").await;
+    b.expect("B 5 orders/5").await;
+}
+
+#[tokio::test]
+async fn a_reload_may_remove_a_principal_but_never_turns_authentication_off() {
+    // Principals only (no --client-tokens-file).
+    let orders = temp_file("orders-token\n");
+    let payments = temp_file("payments-token\n");
+    let cfg = config(&orders, &payments, "\"orders/\"");
+    let admin = ticketing_testkit::free_port();
+    let admin_addr = format!("127.0.0.1:{admin}");
+    let server = Server::with(&[], &["--config", cfg.to_str().unwrap(), "--admin-listen", &admin_addr]);
+    let mut p = Client::connect(&server.addr, b"payments-token").await;
+    p.grab(1, "payments/1", "p", 5).await;
+
+    // `payments` removed: its open connection may use no key any more, and
+    // its token opens no connection.
+    let only_orders = format!(
+        "[[principal]]\nname = \"orders\"\ntokens_file = {:?}\nkeys = [\"orders/\"]\n",
+        orders.to_str().unwrap()
+    );
+    std::fs::write(&cfg, only_orders).unwrap();
+    let ok = metric(admin, "ticketing_reloads_total{result=\"ok\"}");
+    hup(&server);
+    wait_for_reload(admin, "ok", ok).await;
+    p.send(b"A 2 payments/2 p 0 5\n").await;
+    p.expect("F 2 payments/2").await;
+    assert!(Client::raw(&server.addr).await.auth(b"payments-token").await.is_err());
+
+    // Every principal gone (the file emptied by mistake): refused, so
+    // authentication stays on with the old principals.
+    std::fs::write(&cfg, "").unwrap();
+    let failed = metric(admin, "ticketing_reloads_total{result=\"failed\"}");
+    hup(&server);
+    wait_for_reload(admin, "failed", failed).await;
+    assert!(Client::raw(&server.addr).await.auth(b"").await.is_err(), "authentication was turned off by a reload");
+    let mut o = Client::connect(&server.addr, b"orders-token").await;
+    o.grab(1, "orders/1", "o", 5).await;
+    o.send(b"A 2 payments/1 o 0 5\n").await;
+    o.expect("F 2 payments/1").await;
 }

@@ -23,6 +23,19 @@ fn sample() -> String {
     std::fs::read_to_string(sample_path()).expect("deploy/ticketing.toml is readable")
 }
 
+/// The line that starts the commented `[[principal]]` examples at the end
+/// of the sample (tables, not settings: checked by their own test).
+const PRINCIPALS: &str = "# --- Principals";
+
+/// The sample up to its principal examples: the settings.
+fn settings_part() -> String {
+    let text = sample();
+    match text.find(PRINCIPALS) {
+        Some(at) => text[..at].to_owned(),
+        None => text,
+    }
+}
+
 /// The settings a config file may hold: every long flag but `--config`, `--help`, `--version`.
 fn settings() -> BTreeSet<String> {
     Config::command()
@@ -56,7 +69,7 @@ fn help_default(id: &str) -> Option<String> {
 
 #[test]
 fn every_setting_is_listed_once_and_every_listed_key_is_a_setting() {
-    let text = sample();
+    let text = settings_part();
     let mut listed = BTreeSet::new();
     for line in text.lines() {
         if let Some((key, _)) = line_key(line) {
@@ -125,7 +138,7 @@ fn the_sample_loads_with_the_server_loader_and_gives_the_defaults() {
 fn the_commented_examples_have_the_right_types() {
     // Uncommented, every example value must be accepted by the file's parser
     // (type and key), so the sample shows values a user can use as they are.
-    let uncommented: String = sample()
+    let uncommented: String = settings_part()
         .lines()
         .map(|l| match line_key(l) {
             Some((_, true)) => {
@@ -142,4 +155,21 @@ fn the_commented_examples_have_the_right_types() {
         .collect();
     let parsed: Result<Cli, _> = toml::from_str(&uncommented);
     assert!(parsed.is_ok(), "the commented examples do not parse as settings: {parsed:?}\n{uncommented}");
+}
+
+#[test]
+fn the_commented_principal_examples_are_valid_tables() {
+    let text = sample();
+    let at = text.find(PRINCIPALS).expect("deploy/ticketing.toml ends with commented [[principal]] examples");
+    let first = text[at..].find("# [[principal]]").expect("a commented [[principal]] table") + at;
+    let uncommented: String = text[first..]
+        .lines()
+        .map(|l| format!("{}\n", l.strip_prefix('#').unwrap_or(l).strip_prefix(' ').unwrap_or("")))
+        .collect();
+    let parsed: Cli = toml::from_str(&uncommented)
+        .unwrap_or_else(|e| panic!("the principal examples do not parse: {e}\n{uncommented}"));
+    let names: Vec<_> = parsed.principal.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["orders", "ops"]);
+    assert_eq!(parsed.principal[1].keys, [""], "an example with every key");
+    assert!(parsed.principal[0].max_waiters.is_some() && parsed.principal[0].max_held_keys.is_some());
 }

@@ -19,38 +19,56 @@ const T = (() => {
     }
   }
 
-  // The admin token, asked for once per tab when the node answers 401
-  // (docs/security.md, "The admin port") and kept in sessionStorage.
+  // The admin token (docs/security.md, "The admin port"): asked for with a
+  // small form when the node answers 401, kept in sessionStorage (this tab
+  // and this node only), sent as a Bearer token with every read, asked for
+  // again when the node refuses it.
   const TOKEN = 'ticketing-admin-token';
-  let declined = false;
-  function askToken() {
-    if (declined) return false;
-    const t = window.prompt('This admin port needs its admin token (kept for this tab only):');
-    if (!t || !t.trim()) {
-      declined = true;
-      return false;
-    }
-    sessionStorage.setItem(TOKEN, t.trim());
-    return true;
+  let asking = null;
+  function askToken(refused) {
+    if (asking) return asking;
+    asking = new Promise((resolve) => {
+      const input = el('input', { id: 'admin-token', type: 'password', autocomplete: 'off', required: true,
+        spellcheck: 'false', 'aria-describedby': 'token-note' });
+      const note = el('p', { id: 'token-note', class: refused ? 'error' : 'muted',
+        text: refused ? 'This admin port refused that token: enter a current one.'
+          : 'It is kept for this tab only and sent with every read of this node.' });
+      const form = el('form', { id: 'token-form', class: 'card token', autocomplete: 'off' },
+        el('label', { for: 'admin-token', text: 'This admin port needs its admin token' }),
+        el('div', { class: 'row' }, input, el('button', { type: 'submit', text: 'Open the console' })),
+        note);
+      form.addEventListener('submit', (ev) => {
+        ev.preventDefault();
+        const t = input.value.trim();
+        if (!t) return;
+        sessionStorage.setItem(TOKEN, t);
+        form.remove();
+        asking = null;
+        resolve();
+      });
+      const main = document.querySelector('main') || document.body;
+      main.prepend(form);
+      input.focus();
+      setConn(false, 'waiting for the admin token');
+    });
+    return asking;
   }
 
   // GET a JSON endpoint of this node: {status, body} (status 0: unreachable).
+  // On a 401 it waits for the admin token (the form above) and reads again.
   async function get(path) {
     try {
       let r = null;
-      for (let attempt = 0; attempt < 2; attempt++) {
+      for (;;) {
         const headers = { Accept: 'application/json' };
         const token = sessionStorage.getItem(TOKEN);
         if (token) headers.Authorization = 'Bearer ' + token;
         r = await fetch(path, { cache: 'no-store', headers });
         if (r.status !== 401) break;
-        // Another read asked meanwhile: try again with its token.
-        if (attempt === 0 && sessionStorage.getItem(TOKEN) !== token) continue;
-        sessionStorage.removeItem(TOKEN);
-        if (attempt > 0 || !askToken()) {
-          setConn(false, 'this admin port needs its admin token: reload the page to enter it');
-          return { status: 401, body: null, headers: r.headers };
-        }
+        // Another read may have replaced the token meanwhile: only a refused
+        // token is dropped, and then the form asks again.
+        if (token && sessionStorage.getItem(TOKEN) === token) sessionStorage.removeItem(TOKEN);
+        if (!sessionStorage.getItem(TOKEN)) await askToken(Boolean(token));
       }
       const text = await r.text();
       let body = null;

@@ -137,8 +137,9 @@ class TicketBroker:
 
         Returns a :class:`Ticket`, or ``None`` if the lock was not granted
         within ``wait``. Raises ``ValueError`` for bad arguments (nothing is
-        sent), :class:`BusyError`, :class:`IndeterminateError` (do NOT enter
-        the critical section), :class:`UnavailableError`,
+        sent), :class:`BusyError`, :class:`ForbiddenError` (this token may
+        not use ``key``; its ``.key`` names it), :class:`IndeterminateError`
+        (do NOT enter the critical section), :class:`UnavailableError`,
         :class:`ClosedError`, :class:`AuthFailedError`.
 
         Blocks with the GIL released; Ctrl-C raises ``KeyboardInterrupt``

@@ -50,7 +50,8 @@ class Ticket:
         """Seconds left until the conservative lease deadline (never negative)."""
     def release(self) -> bool:
         """Releases this grant: True if released, False if no longer the
-        holder; ReleaseUnconfirmedError without an answer within 5 s."""
+        holder; ReleaseUnconfirmedError without an answer within 5 s;
+        ForbiddenError (final) when the token may no longer use the key."""
     def release_start(self, done: _Done) -> Pending:
         """asyncio form of ``release()``."""
 

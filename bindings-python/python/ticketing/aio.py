@@ -136,7 +136,9 @@ class Ticket:
         ``True`` when released, ``False`` when this ticket no longer held the
         lock (for several keys: any of them). Raises
         :class:`~ticketing.ReleaseUnconfirmedError` without a final answer
-        within 5 s. A second call returns the first definite result."""
+        within 5 s, :class:`~ticketing.ForbiddenError` when the server
+        answered that this token may no longer use the key (final). A second
+        call returns the first definite result."""
         return cast(bool, await _run(self._native.release_start))
 
     def __repr__(self) -> str:

@@ -47,6 +47,7 @@ module Ticketing
   #   @return [Boolean] true when released, false when this ticket no longer
   #     held the lock (expired, or released before; for several keys: any of them)
   #   @raise [ReleaseUnconfirmedError] no final answer within 5 s
+  #   @raise [ForbiddenError] this token may no longer use the key (final; the lock returns at lease end)
   #   @raise [ClosedError] the ticket belongs to the parent of a forked process
   class Ticket
     # @return [String]

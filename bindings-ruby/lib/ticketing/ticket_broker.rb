@@ -103,6 +103,7 @@ module Ticketing
     # @return [Ticket, nil] a Ticket, or nil when not granted within +wait+
     # @raise [ArgumentError] a bad key or duration (nothing was sent)
     # @raise [BusyError] refused for capacity (final, not retried)
+    # @raise [ForbiddenError] this token may not use +key+ (final, not retried; +#key+ names it)
     # @raise [IndeterminateError] possibly granted: do NOT enter
     # @raise [InsufficientTimeError] granted with less than +budget+ left
     # @raise [UnavailableError] no connection within +wait+ (nothing sent)

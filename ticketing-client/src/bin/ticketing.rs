@@ -4,7 +4,7 @@
 //! ticketing [--addr HOST:PORT]... [--token-file F] [--tls MODE] [--tls-client-cert F --tls-client-key F] lock KEY [--shared N] --wait S --lease S [--budget S] -- CMD ARGS...
 //! ticketing [--addr HOST:PORT]... [--token-file F] [--tls MODE] [--tls-client-cert F --tls-client-key F] lock --all KEY KEY... --wait S --lease S [--budget S] -- CMD ARGS...
 //! ticketing [--addr HOST:PORT]... [--token-file F] [--tls MODE] [--tls-client-cert F --tls-client-key F] ping [--timeout S]
-//! ticketing locks KEY --admin HOST:PORT
+//! ticketing locks KEY --admin HOST:PORT [--admin-token-file F] [--admin-ca F]
 //! ```
 //!
 //! Exit codes (also in `docs/client.md`): CMD's own status once it ran, else
@@ -101,6 +101,10 @@ struct LocksArgs {
     /// File holding the admin token on its first line (a server with --admin-token-file).
     #[arg(long, value_name = "FILE", env = "TICKETING_ADMIN_TOKEN_FILE")]
     admin_token_file: Option<PathBuf>,
+    /// HTTPS to the admin port (a server with --admin-tls-cert), its certificate verified against the CA
+    /// certificates (PEM) in FILE.
+    #[arg(long, value_name = "FILE", env = "TICKETING_ADMIN_CA")]
+    admin_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -167,7 +171,11 @@ async fn run(cli: Cli) -> u8 {
             Ok(t) => t,
             Err(m) => return usage(m),
         };
-        return match locks::fetch(&args.admin, &args.key, token.as_deref()).await {
+        let tls = match args.admin_ca.as_deref().map(locks::tls).transpose() {
+            Ok(t) => t,
+            Err(m) => return usage(m),
+        };
+        return match locks::fetch(&args.admin, &args.key, token.as_deref(), tls.as_ref()).await {
             Ok(v) => {
                 print!("{}", locks::table(&args.key, &v));
                 code::OK

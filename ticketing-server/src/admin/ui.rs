@@ -163,7 +163,7 @@ async fn lock(s: &AdminState, key: &str) -> Response {
 
 /// `None` when this node serves (answer locally). Otherwise the leader's
 /// answer to `path` on its admin port, marked with `X-Ticketing-Leader-Admin`,
-/// or, without a reachable leader, `503 not the leader`.
+/// or, without a reachable leader (or with admin TLS), `503 not the leader`.
 async fn from_leader(s: &AdminState, path: &str) -> Option<Response> {
     let not_serving = super::not_serving(s)?;
     if s.tls.is_on() {

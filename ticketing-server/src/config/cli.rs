@@ -90,7 +90,8 @@ pub struct Cli {
     /// PEM private key for --admin-tls-cert.
     #[arg(long, env = "TICKETING_ADMIN_TLS_KEY", value_name = "FILE")]
     pub admin_tls_key: Option<PathBuf>,
-    /// Admin connections at once (a quarter of them from one address); more are closed at once.
+    /// Admin connections at once (8 or more; a quarter of them from one address, more are closed at once;
+    /// an eighth of them from one address and half in all before their request head, the oldest pushed out).
     #[arg(long, env = "TICKETING_ADMIN_MAX_CONNECTIONS", value_name = "N")]
     pub admin_max_connections: Option<usize>,
     /// Waiters per key; over it → `B`.

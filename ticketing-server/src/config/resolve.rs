@@ -276,10 +276,11 @@ impl Config {
             return Err(invalid("--admin-tls-cert", "--admin-tls-cert and --admin-tls-key go together"));
         }
         let admin_max_connections = cli.admin_max_connections.unwrap_or(d.admin_max_connections);
-        if !(1..=1 << 20).contains(&admin_max_connections) {
+        let min_admin = crate::admin::accept::MIN_CONNECTIONS;
+        if !(min_admin..=1 << 20).contains(&admin_max_connections) {
             return Err(invalid(
                 "--admin-max-connections",
-                format!("must be in 1-{}, got {admin_max_connections}", 1 << 20),
+                format!("must be in {min_admin}-{}, got {admin_max_connections}", 1 << 20),
             ));
         }
         let data_dir = cli.data_dir;

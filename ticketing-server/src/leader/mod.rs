@@ -107,7 +107,7 @@ pub enum Request {
         lease: u8,
         /// When the server read the request (for `waited_ms` and the wait timer).
         read_at: Instant,
-        /// The connection's principal and its waiters cap (`None`: auth off,
+        /// The connection's principal and its caps (`None`: auth off,
         /// docs/security.md, "Several teams: principals").
         principal: Option<crate::principal::PrincipalCap>,
     },
@@ -389,6 +389,18 @@ impl Leader {
         self.proj.waiters()
     }
 
+    /// Keys this leader granted to principal `name` that are still held,
+    /// grants being committed included (its `max_held_keys` is checked
+    /// against this; grants of an earlier leader count for nobody).
+    pub fn held_of(&self, name: &str) -> usize {
+        self.proj.held_of(name)
+    }
+
+    /// Waiters of principal `name` (a multi-key waiter once per key).
+    pub fn waiters_of(&self, name: &str) -> usize {
+        self.proj.waiters_of(name)
+    }
+
     /// Held keys the projection keeps no entry for (their holders are read
     /// from the applied state when touched).
     pub fn dormant(&self) -> usize {
@@ -576,8 +588,9 @@ impl Leader {
             Request::Acquire { id, key, kind, owner, wait, lease, read_at, principal } => {
                 let wait_until = read_at + Duration::from_secs(u64::from(wait));
                 let cap = principal.as_ref().and_then(|p| p.max_waiters);
+                let held_cap = principal.as_ref().and_then(|p| p.max_held_keys);
                 let principal = principal.map(|p| p.name);
-                let w = Waiter { conn, id, key, owner, lease, read_at, wait_until, kind, principal };
+                let w = Waiter { conn, id, key, owner, lease, read_at, wait_until, kind, principal, held_cap };
                 self.acquire(w, wait, cap);
             }
             Request::Release { id, key, owner, token } => {
@@ -605,6 +618,11 @@ impl Leader {
                 self.forget_idle(&keys);
                 return;
             }
+            if self.over_held_cap(&w, 0) {
+                self.refuse_principal_busy(&w);
+                self.forget_idle(&keys);
+                return;
+            }
             if keys.iter().any(|k| self.proj.is_busy(k)) {
                 // Neither `T` (nothing holds it against this request) nor a
                 // waiter cap (it is not queued behind anyone): it goes first
@@ -627,15 +645,35 @@ impl Leader {
             self.forget_idle(&keys);
             return;
         }
+        // Its principal's held keys are checked when it is handed its keys
+        // (`take_run`): a hand-over from the same principal takes a place.
         if let (Some(name), Some(cap)) = (&w.principal, cap) {
             if self.proj.waiters_of(name) + keys.len() > cap {
-                self.metrics.principal_busy(name);
-                self.refuse_busy(w.conn, w.id, w.key.clone());
+                self.refuse_principal_busy(&w);
                 self.forget_idle(&keys);
                 return;
             }
         }
         self.enqueue(w, true);
+    }
+
+    /// Whether granting `w` its keys would take its principal beyond its
+    /// `max_held_keys` (docs/security.md, "Several teams: principals"): the
+    /// keys this leader granted it, minus `leaving` of them whose place `w`
+    /// takes (a hand-over from the same principal).
+    fn over_held_cap(&self, w: &Waiter, leaving: usize) -> bool {
+        match (&w.principal, w.held_cap) {
+            (Some(name), Some(cap)) => self.proj.held_of(name).saturating_sub(leaving) + w.keys().len() > cap,
+            _ => false,
+        }
+    }
+
+    /// Answers `w` with `B` for one of its principal's caps.
+    fn refuse_principal_busy(&mut self, w: &Waiter) {
+        if let Some(name) = &w.principal {
+            self.metrics.principal_busy(name);
+        }
+        self.refuse_busy(w.conn, w.id, w.key.clone());
     }
 
     fn forget_idle(&mut self, keys: &[Key]) {

@@ -11,8 +11,11 @@
 //! A plain struct: no I/O, no runtime, no clock reads (times are inputs),
 //! so every rule here is unit-tested directly. Its counters are maintained
 //! in one place each: `held` only in `update_holders` and
-//! [`Projection::clear`]; a key's `live` count, `total_waiters` and the
-//! per-connection index only in `insert_waiter` and `take_waiter`.
+//! [`Projection::clear`] (and `drop_dormant`); the held keys per principal
+//! (`held_by`) with it, and where a dormant key's principal is kept or
+//! dropped (`put_dormant`, `drop_dormant`); a key's `live` count,
+//! `total_waiters` and the per-connection index only in `insert_waiter` and
+//! `take_waiter`.
 //! What it stores is in `entries.rs`, its read-only views in `view.rs`, its
 //! invariants in `check.rs`.
 
@@ -30,6 +33,7 @@ use crate::domain_time::DomainClock;
 use crate::locks::GrantKind;
 use crate::locks::Holder;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 use ticketing_proto::{Key, Owner, Token};
 
@@ -113,19 +117,62 @@ pub struct Projection {
     /// Live waiters over all keys, a multi-key waiter once per key.
     total_waiters: usize,
     /// The same per principal (waiters of connections with one).
-    by_principal: HashMap<std::sync::Arc<str>, usize>,
+    by_principal: HashMap<Arc<str>, usize>,
+    /// Held keys per principal: the holders this leader granted to a
+    /// connection with a principal that count toward `held` (dormant ones
+    /// included). Holders read from the applied state (a new term) count
+    /// for nobody (docs/security.md, "Several teams: principals").
+    held_by: HashMap<Arc<str>, usize>,
     /// Live waiters per key, ranked (the console's most contended keys).
     contention: Contention,
     /// Held keys the projection keeps no entry for, by their holder's lease
     /// end (domain time, ms) and the key's hash (`locks::key_hash`): how many
     /// of them have that pair. Their holders are read back from the applied
     /// state when a request or the lease end touches them
-    /// ([`Projection::hydrate`]); they count in `held`.
-    dormant: BTreeMap<(u64, u64), u32>,
+    /// ([`Projection::hydrate`]); they count in `held`, and in `held_by`
+    /// for the principal they keep.
+    dormant: BTreeMap<(u64, u64), Dormant>,
+    /// The principals named by `dormant` entries (`Dormant::principal` − 1):
+    /// 4 bytes per dormant key instead of a name.
+    names: Vec<Arc<str>>,
+    /// The index in `names` of each name.
+    name_ix: HashMap<Arc<str>, u32>,
     /// The keys in `dormant`.
     dormant_len: usize,
     /// Keys above which idle held keys go dormant ([`DORMANT_ABOVE`]).
     dormant_above: usize,
+}
+
+/// The dormant keys of one `dormant` index entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Dormant {
+    /// How many (more than one only if two keys' hashes and lease ends
+    /// are equal).
+    n: u32,
+    /// Its holder's principal: 1 + its index in `Projection::names`, 0 for
+    /// none. Two keys in one entry keep none (both stop counting for their
+    /// principals when the second arrives, so nothing is uncounted twice).
+    principal: u32,
+}
+
+/// Adds one held key to `principal`'s count.
+fn count_held(held_by: &mut HashMap<Arc<str>, usize>, principal: &Arc<str>) {
+    match held_by.get_mut(principal) {
+        Some(n) => *n += 1,
+        None => {
+            held_by.insert(principal.clone(), 1);
+        }
+    }
+}
+
+/// Takes one held key off `principal`'s count.
+fn uncount_held(held_by: &mut HashMap<Arc<str>, usize>, principal: &str) {
+    if let Some(n) = held_by.get_mut(principal) {
+        *n -= 1;
+        if *n == 0 {
+            held_by.remove(principal);
+        }
+    }
 }
 
 /// The `dormant` index entry of `key` held by `h`: only a lone exclusive
@@ -172,21 +219,55 @@ impl Projection {
             && self.dormant.contains_key(&(h.end_dt(), crate::locks::key_hash(key)))
     }
 
-    /// Counts one dormant key with the index entry `entry`.
-    fn put_dormant(&mut self, entry: (u64, u64)) {
-        *self.dormant.entry(entry).or_default() += 1;
+    /// Counts one dormant key with the index entry `entry`, held by a
+    /// grant to `principal` (already counted in `held_by`).
+    fn put_dormant(&mut self, entry: (u64, u64), principal: Option<&Arc<str>>) {
         self.dormant_len += 1;
+        let slot = self.dormant.entry(entry).or_default();
+        slot.n += 1;
+        if slot.n > 1 {
+            // A second key with the same hash and lease end: neither keeps
+            // its principal (see `Dormant::principal`).
+            if let Some(name) = slot.principal.checked_sub(1).and_then(|i| self.names.get(i as usize)) {
+                uncount_held(&mut self.held_by, name);
+            }
+            slot.principal = 0;
+            if let Some(p) = principal {
+                uncount_held(&mut self.held_by, p);
+            }
+            return;
+        }
+        let Some(p) = principal else { return };
+        slot.principal = match self.name_ix.get(p) {
+            Some(&i) => i + 1,
+            // As many names as principals were configured since this term
+            // began: far below u32::MAX (beyond it, the key would count for
+            // nobody).
+            None => match u32::try_from(self.names.len()).ok().filter(|&i| i < u32::MAX) {
+                Some(i) => {
+                    self.names.push(p.clone());
+                    self.name_ix.insert(p.clone(), i);
+                    i + 1
+                }
+                None => {
+                    uncount_held(&mut self.held_by, p);
+                    0
+                }
+            },
+        };
     }
 
-    /// Removes one dormant key with the index entry `entry`, if there is one.
-    fn take_dormant(&mut self, entry: (u64, u64)) -> bool {
-        let Some(n) = self.dormant.get_mut(&entry) else { return false };
-        *n -= 1;
-        if *n == 0 {
+    /// Removes one dormant key with the index entry `entry`, if there is
+    /// one: `Some` with the principal it still counts for.
+    fn take_dormant(&mut self, entry: (u64, u64)) -> Option<Option<Arc<str>>> {
+        let slot = self.dormant.get_mut(&entry)?;
+        slot.n -= 1;
+        let principal = slot.principal.checked_sub(1).and_then(|i| self.names.get(i as usize)).cloned();
+        if slot.n == 0 {
             self.dormant.remove(&entry);
         }
         self.dormant_len -= 1;
-        true
+        Some(principal)
     }
 
     /// A held key of a new term, from the applied state: dormant when the
@@ -197,7 +278,7 @@ impl Projection {
         match dormant_entry(key, &holding) {
             Some(entry) if self.keys.len() >= self.dormant_above => {
                 self.held += 1;
-                self.put_dormant(entry);
+                self.put_dormant(entry, None);
             }
             _ => self.add_holder(key, holding),
         }
@@ -212,12 +293,14 @@ impl Projection {
         }
         let hash = crate::locks::key_hash(key);
         for h in applied {
-            if h.slot.is_some() || !self.take_dormant((h.end_dt(), hash)) {
+            if h.slot.is_some() {
                 continue;
             }
+            let Some(principal) = self.take_dormant((h.end_dt(), hash)) else { continue };
             let deadline = clock.instant_of(h.end_dt(), now);
             let ks = self.keys.entry(key.clone()).or_default();
-            push_holder(&mut ks.holders, Holding::until(h.owner, h.token, h.granted_dt, None, h.lease_s, deadline));
+            let holding = Holding::until(h.owner, h.token, h.granted_dt, None, h.lease_s, deadline).of(principal);
+            push_holder(&mut ks.holders, holding);
             self.timers.arm(TimerKind::Lease(key.clone()), deadline);
             return true;
         }
@@ -227,14 +310,22 @@ impl Projection {
     /// Forgets the dormant index entry `entry` that no applied holder
     /// matches (the applied state lost it): it no longer counts as held.
     pub fn drop_dormant(&mut self, entry: (u64, u64)) {
-        if self.take_dormant(entry) {
+        if let Some(principal) = self.take_dormant(entry) {
             self.held -= 1;
+            if let Some(p) = principal {
+                uncount_held(&mut self.held_by, &p);
+            }
         }
     }
 
     /// Holders over all keys, grants being committed included.
     pub fn held(&self) -> usize {
         self.held
+    }
+
+    /// Keys held by grants of this leader to principal `name` (see `held_by`).
+    pub fn held_of(&self, name: &str) -> usize {
+        self.held_by.get(name).copied().unwrap_or(0)
     }
 
     /// Waiters queued over all keys, a multi-key waiter once per key.
@@ -316,14 +407,21 @@ impl Projection {
         &mut self.timers
     }
 
-    /// Changes the holders of `key` with `f`: THE place `held` changes (with
-    /// [`Projection::clear`]), and THE place its lease timer is set — at the
-    /// earliest lease end of its committed holders, or disarmed when none.
+    /// Changes the holders of `key` with `f`: THE place `held` and
+    /// `held_by` change (with [`Projection::clear`] and the dormant index),
+    /// and THE place its lease timer is set — at the earliest lease end of
+    /// its committed holders, or disarmed when none.
     fn update_holders(&mut self, key: &Key, f: impl FnOnce(&mut Vec<Holding>)) {
         let ks = self.keys.entry(key.clone()).or_default();
         let before = ks.holders.iter().filter(|h| h.counts()).count();
         let was = ks.holders.iter().filter_map(Holding::deadline).min();
+        for p in ks.holders.iter().filter_map(Holding::counts_for) {
+            uncount_held(&mut self.held_by, p);
+        }
         f(&mut ks.holders);
+        for p in ks.holders.iter().filter_map(Holding::counts_for) {
+            count_held(&mut self.held_by, p);
+        }
         let after = ks.holders.iter().filter(|h| h.counts()).count();
         self.held = self.held + after - before;
         let first = ks.holders.iter().filter_map(Holding::deadline).min();
@@ -368,11 +466,12 @@ impl Projection {
 
     /// Marks the committed grant `(owner, token)` of `key` as being freed
     /// (its release or expiry is proposed); `counted`: whether it still
-    /// counts toward `--max-held-keys` (see [`Grant::Freeing`]).
-    pub fn mark_freeing(&mut self, key: &Key, owner: &Owner, token: Token, counted: bool) {
+    /// counts toward `--max-held-keys`, `for_principal`: toward its
+    /// principal's (see [`Grant::Freeing`]).
+    pub fn mark_freeing(&mut self, key: &Key, owner: &Owner, token: Token, counted: bool, for_principal: bool) {
         self.update_holders(key, |hs| {
             for h in hs.iter_mut().filter(|h| h.owner == *owner && h.token() == Some(token)) {
-                h.grant = Grant::Freeing { token, counted };
+                h.grant = Grant::Freeing { token, counted, counted_for_principal: for_principal };
             }
         });
     }
@@ -434,9 +533,10 @@ impl Projection {
         }
         let h = &ks.holders[0];
         let (Some(entry), Some(deadline)) = (dormant_entry(key, h), h.deadline()) else { return };
+        let principal = h.principal.clone();
         self.timers.disarm(TimerKind::Lease(key.clone()), deadline);
         self.keys.remove(key);
-        self.put_dormant(entry);
+        self.put_dormant(entry, principal.as_ref());
     }
 
     /// Empties the projection and the timer table (a leadership change);
@@ -449,9 +549,12 @@ impl Projection {
         self.held = 0;
         self.total_waiters = 0;
         self.by_principal.clear();
+        self.held_by.clear();
         self.contention.clear();
         self.dormant.clear();
         self.dormant_len = 0;
+        self.names.clear();
+        self.name_ix.clear();
         waiters
     }
 }

@@ -218,13 +218,21 @@ impl Leader {
 
     /// Re-reads one key's holders from the applied state (after a surprise
     /// or an error); a holder found there gets a full-length lease from now
-    /// (conservative: its commit time at this leader is not known).
+    /// (conservative: its commit time at this leader is not known), and
+    /// keeps the principal the projection had for the same grant.
     fn resync_key(&mut self, key: &Key, applied: &dyn AppliedView) {
         let now = self.now;
+        let known = self.proj.holders(key);
+        let principal_of = |owner: &Owner, token: Token| {
+            known.iter().find(|x| x.owner == *owner && x.token() == Some(token)).and_then(|x| x.principal.clone())
+        };
         let holders = applied
             .applied_holders(key)
             .into_iter()
-            .map(|h| Holding::committed(h.owner, h.token, h.lease_s, h.granted_dt, h.slot, now))
+            .map(|h| {
+                let principal = principal_of(&h.owner, h.token);
+                Holding::committed(h.owner, h.token, h.lease_s, h.granted_dt, h.slot, now).of(principal)
+            })
             .collect();
         self.proj.set_holders(key, holders);
     }
@@ -233,7 +241,7 @@ impl Leader {
     fn hold_committing(&mut self, w: &Waiter) {
         let shared = matches!(w.kind, GrantKind::Shared { .. });
         for key in w.keys() {
-            self.proj.add_holder(key, Holding::committing(w.owner.clone(), shared));
+            self.proj.add_holder(key, Holding::committing(w.owner.clone(), shared).of(w.principal.clone()));
         }
     }
 
@@ -284,8 +292,10 @@ impl Leader {
     /// is not (no overtaking) or after `most`; each counts as holding its
     /// keys from now on. `freeing`: the grant being freed with them, whose
     /// place toward `--max-held-keys` the first of them takes. A waiter
-    /// that would exceed `--max-held-keys` is answered `B` and skipped
-    /// (docs/configuration.md, "Limits"). None during the start grace.
+    /// that would exceed `--max-held-keys`, or its principal's
+    /// `max_held_keys`, is answered `B` and skipped (docs/configuration.md,
+    /// "Limits"; docs/security.md, "Several teams: principals"). None during
+    /// the start grace.
     fn take_run(&mut self, key: &Key, most: usize, freeing: Option<(&Owner, Token)>) -> Vec<Waiter> {
         let mut run = Vec::new();
         if self.in_grace() {
@@ -301,6 +311,14 @@ impl Leader {
             }
         }
         let mut held = self.proj.held() - usize::from(freeing.is_some());
+        // The principal of the grant being freed: a waiter of the same
+        // principal takes its place toward that principal's cap too (one of
+        // another principal does not: the freed grant counts for its own
+        // until the command commits, see `Grant::Freeing`).
+        let freeing_principal = freeing.and_then(|(owner, token)| {
+            let h = self.proj.holders(key).iter().find(|h| h.owner == *owner && h.token() == Some(token))?;
+            h.principal.clone()
+        });
         while run.len() < most {
             let Some(wid) = self.head_grantable(key, &hypo) else { break };
             let Some(w) = self.proj.remove_waiter(wid) else { break };
@@ -308,6 +326,11 @@ impl Leader {
             // other keys may have filled the server since.
             if held + w.keys().len() > self.limits.max_held_keys {
                 self.refuse_busy(w.conn, w.id, w.key.clone());
+                continue;
+            }
+            let leaving = usize::from(freeing_principal.is_some() && freeing_principal == w.principal);
+            if self.over_held_cap(&w, leaving) {
+                self.refuse_principal_busy(&w);
                 continue;
             }
             held += w.keys().len();
@@ -319,7 +342,10 @@ impl Leader {
             run.push(w);
         }
         if let (Some((owner, token)), false) = (freeing, run.is_empty()) {
-            self.proj.mark_freeing(key, owner, token, false);
+            // Its principal's place is taken only by a next holder of the
+            // same principal; else it counts for it until the command commits.
+            let taken = freeing_principal.is_some() && run.iter().any(|w| w.principal == freeing_principal);
+            self.proj.mark_freeing(key, owner, token, false, !taken);
         }
         run
     }
@@ -347,7 +373,7 @@ impl Leader {
         // failure puts the applied holders back): the waiters it hands over
         // to are those grantable without it.
         if let Some((owner, token)) = expired {
-            self.proj.mark_freeing(key, &owner, token, true);
+            self.proj.mark_freeing(key, &owner, token, true, true);
             let next = self.take_run(key, usize::MAX, Some((&owner, token)));
             self.propose_free(key, FreeReason::Expiry, None, (owner, token), next, dt);
             return;
@@ -355,7 +381,7 @@ impl Leader {
         if let Some(r) = self.proj.pop_release(key) {
             let matches = self.proj.holders(key).iter().any(|h| h.is(&r.owner, r.token));
             let next = if matches {
-                self.proj.mark_freeing(key, &r.owner, r.token, true);
+                self.proj.mark_freeing(key, &r.owner, r.token, true, true);
                 self.take_run(key, usize::MAX, Some((&r.owner, r.token)))
             } else {
                 Vec::new()
@@ -400,7 +426,7 @@ impl Leader {
         let now = self.now;
         let Issued { token, slot } = issued;
         for key in w.keys() {
-            let h = Holding::committed(w.owner.clone(), token, w.lease, dt, slot, now);
+            let h = Holding::committed(w.owner.clone(), token, w.lease, dt, slot, now).of(w.principal.clone());
             self.proj.commit_holder(key, &w.owner, h);
         }
         let waited = now.saturating_duration_since(w.read_at);

@@ -128,6 +128,22 @@ impl Sim {
         self.request(conn, r);
     }
 
+    /// `A` from a connection of principal `cap.name`, with its caps.
+    #[allow(clippy::too_many_arguments)]
+    fn acquire_as(&mut self, cap: &PrincipalCap, conn: u64, id: u64, key: &str, owner: &str, wait: u8, lease: u8) {
+        let r = Request::Acquire {
+            id: RequestId(id),
+            key: k(key),
+            kind: GrantKind::Exclusive,
+            owner: o(owner),
+            wait,
+            lease,
+            read_at: self.now,
+            principal: Some(cap.clone()),
+        };
+        self.request(conn, r);
+    }
+
     fn release(&mut self, conn: u64, id: u64, key: &str, owner: &str, token: Token) {
         self.request(conn, Request::Release { id: RequestId(id), key: k(key), owner: o(owner), token });
     }
@@ -311,6 +327,115 @@ fn held_keys_cap_is_checked_again_when_a_queued_free_key_is_granted() {
     assert!(frames.contains(&ServerFrame::NotHolder { id: RequestId(1), key: k("a") }), "{frames:?}");
     assert!(frames.iter().any(|f| matches!(f, ServerFrame::Granted { id: RequestId(3), .. })), "{frames:?}");
     assert!(frames.contains(&ServerFrame::Busy { id: RequestId(2), key: k("a") }), "{frames:?}");
+}
+
+use crate::principal::PrincipalCap;
+
+fn team(held: usize) -> PrincipalCap {
+    PrincipalCap { name: "team".into(), max_waiters: None, max_held_keys: Some(held) }
+}
+
+fn principal_busy(s: &Sim, name: &str) -> u64 {
+    s.metrics.principal_busy.get_or_create(&vec![("principal".to_owned(), name.to_owned())]).get()
+}
+
+#[test]
+fn a_principal_at_its_held_keys_cap_gets_b_and_a_release_frees_a_place() {
+    let mut s = Sim::new(no_ticks());
+    let (team, ops) = (team(2), PrincipalCap { name: "ops".into(), max_waiters: None, max_held_keys: None });
+    s.acquire_as(&team, 1, 1, "a", "o1", 0, 5);
+    let ta = s.granted();
+    s.acquire_as(&team, 2, 2, "b", "o2", 0, 5);
+    s.granted();
+    // Dormant keys (every idle held key here) still count for their principal.
+    assert_eq!((s.leader.held_of("team"), s.leader.dormant()), (2, 2));
+    s.acquire_as(&team, 1, 3, "c", "o1", 0, 5);
+    assert_eq!(s.frames(), vec![ServerFrame::Busy { id: RequestId(3), key: k("c") }]);
+    // A multi-key acquire counts each of its keys.
+    s.request(
+        1,
+        Request::Acquire {
+            id: RequestId(4),
+            key: k("c"),
+            kind: GrantKind::All { keys: vec![k("c"), k("d")] },
+            owner: o("o1"),
+            wait: 0,
+            lease: 5,
+            read_at: s.now,
+            principal: Some(team.clone()),
+        },
+    );
+    assert_eq!(s.frames(), vec![ServerFrame::Busy { id: RequestId(4), key: k("c") }]);
+    assert_eq!((principal_busy(&s, "team"), s.metrics.busy.get()), (2, 2));
+    // Another principal, and a connection without one, are not held back.
+    s.acquire_as(&ops, 3, 5, "c", "o3", 0, 5);
+    s.granted();
+    s.acquire(3, 6, "e", "o3", 0, 5);
+    s.granted();
+    assert_eq!((s.leader.held_of("team"), s.leader.held_of("ops"), s.leader.held()), (2, 1, 4));
+    // A release frees a place.
+    s.release(1, 7, "a", "o1", ta);
+    assert_eq!(s.frames(), vec![ServerFrame::Released { id: RequestId(7), key: k("a") }]);
+    assert_eq!(s.leader.held_of("team"), 1);
+    s.acquire_as(&team, 1, 8, "f", "o1", 0, 5);
+    s.granted();
+    // So does a lease's end.
+    s.advance(Duration::from_secs(5));
+    assert_eq!((s.leader.held_of("team"), s.leader.held()), (0, 0));
+}
+
+#[test]
+fn a_hand_over_is_checked_against_the_principals_cap_and_its_own_freed_key_makes_room() {
+    let mut s = Sim::new(no_ticks());
+    let team = team(1);
+    let ops = PrincipalCap { name: "ops".into(), max_waiters: None, max_held_keys: None };
+    s.acquire_as(&team, 1, 1, "a", "o1", 0, 30);
+    let ta = s.granted();
+    // At its cap, a waiter of the team still queues for a key it holds: the
+    // hand-over gives the team's place to it.
+    s.acquire_as(&team, 2, 2, "a", "o2", 10, 30);
+    assert!(s.out.is_empty());
+    s.release(1, 3, "a", "o1", ta);
+    let frames = s.frames();
+    assert_eq!(frames[0], ServerFrame::Released { id: RequestId(3), key: k("a") });
+    assert!(matches!(frames[1], ServerFrame::Granted { id: RequestId(2), .. }), "{frames:?}");
+    assert_eq!(s.leader.held_of("team"), 1);
+    // A key of another principal handed to the team at its cap: `B`, and
+    // the next waiter gets it.
+    s.acquire_as(&ops, 3, 4, "x", "ox", 0, 30);
+    let tx = s.granted();
+    s.acquire_as(&team, 1, 5, "x", "o1", 10, 30);
+    s.acquire_as(&ops, 3, 6, "x", "oy", 10, 30);
+    assert!(s.out.is_empty());
+    s.release(3, 7, "x", "ox", tx);
+    let frames = s.frames();
+    assert!(frames.contains(&ServerFrame::Busy { id: RequestId(5), key: k("x") }), "{frames:?}");
+    assert!(frames.iter().any(|f| matches!(f, ServerFrame::Granted { id: RequestId(6), .. })), "{frames:?}");
+    assert_eq!((s.leader.held_of("team"), s.leader.held_of("ops"), principal_busy(&s, "team")), (1, 1, 1));
+}
+
+#[test]
+fn grants_of_an_earlier_leader_count_for_nobody() {
+    let mut s = Sim::new(no_ticks());
+    let team = team(1);
+    s.acquire_as(&team, 1, 1, "a", "o1", 0, 30);
+    s.granted();
+    // A new term reads the holders from the replicated state, which does
+    // not know principals: "a" stays held but counts for nobody.
+    s.now += Duration::from_secs(1);
+    s.leader.handle_leadership(s.now, &serving(2), &s.state);
+    s.drain();
+    assert_eq!((s.leader.held(), s.leader.held_of("team")), (1, 0));
+    s.acquire_as(&team, 1, 2, "b", "o1", 0, 30);
+    s.granted();
+    s.acquire_as(&team, 1, 3, "c", "o1", 0, 30);
+    assert_eq!(s.frames(), vec![ServerFrame::Busy { id: RequestId(3), key: k("c") }]);
+    // Until its lease ends (here with b's: the domain clock restarted at
+    // the applied domain time).
+    s.advance(Duration::from_millis(29_999));
+    assert_eq!((s.leader.held(), s.leader.held_of("team")), (2, 1));
+    s.advance(Duration::from_millis(1));
+    assert_eq!((s.leader.held(), s.leader.held_of("team")), (0, 0));
 }
 
 #[test]

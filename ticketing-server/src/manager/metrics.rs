@@ -63,6 +63,8 @@ pub struct LimitMetrics {
     pub snapshot_refused: Counter,
     /// Admin connections refused for `--admin-max-connections` (in all or from one address).
     pub admin_connections_refused: Counter,
+    /// Admin connections closed before their request head to admit a newer one.
+    pub admin_preauth_evicted: Counter,
     /// Open connections on the peer port (handshaking included).
     pub peer_connections: Gauge,
     /// Peer connections refused for `--max-peer-connections`.
@@ -118,6 +120,12 @@ impl LimitMetrics {
             "admin_connections_refused",
             "Admin connections refused: --admin-max-connections in all, or a quarter of it from one address",
             &self.admin_connections_refused,
+        );
+        c(
+            registry,
+            "admin_preauth_evicted",
+            "Admin connections without a request head yet closed to admit a newer one (--admin-max-connections)",
+            &self.admin_preauth_evicted,
         );
         c(
             registry,
@@ -212,8 +220,8 @@ pub struct Metrics {
     pub reloads_failed: Counter,
     /// Requests answered `F`, by principal: `ticketing_forbidden_total{principal}`.
     pub forbidden: Family<Vec<(String, String)>, Counter>,
-    /// Acquires answered `B` for their principal's `max_waiters`:
-    /// `ticketing_principal_busy_total{principal}`.
+    /// Acquires answered `B` for their principal's `max_waiters` or
+    /// `max_held_keys`: `ticketing_principal_busy_total{principal}`.
     pub principal_busy: Family<Vec<(String, String)>, Counter>,
 }
 
@@ -298,7 +306,7 @@ impl Metrics {
         let principal_busy = Family::<Vec<(String, String)>, Counter>::default();
         registry.register(
             "principal_busy",
-            "Acquires answered B because their principal had max_waiters queued, by principal",
+            "Acquires answered B because their principal was at its max_waiters or max_held_keys, by principal",
             principal_busy.clone(),
         );
         let raft = cluster.then(|| RaftGauges {

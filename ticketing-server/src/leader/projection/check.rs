@@ -11,7 +11,7 @@ impl Projection {
     pub fn check(&self) {
         let counted = |k: &KeyState| k.holders.iter().filter(|h| h.counts()).count();
         assert_eq!(self.held, self.keys.values().map(counted).sum::<usize>() + self.dormant_len, "held");
-        assert_eq!(self.dormant_len, self.dormant.values().map(|&n| n as usize).sum::<usize>(), "dormant");
+        assert_eq!(self.dormant_len, self.dormant.values().map(|d| d.n as usize).sum::<usize>(), "dormant");
         let per_key: usize = self.waiters.values().map(|w| w.keys().len()).sum();
         assert_eq!(self.total_waiters, per_key, "total_waiters");
         assert_eq!(self.total_waiters, self.keys.values().map(KeyState::live).sum::<usize>(), "live");
@@ -23,6 +23,18 @@ impl Projection {
             }
         }
         assert_eq!(self.by_principal, by_principal, "by_principal");
+        let mut held_by = std::collections::HashMap::new();
+        for p in self.keys.values().flat_map(|ks| ks.holders.iter()).filter_map(Holding::counts_for) {
+            *held_by.entry(p.clone()).or_insert(0) += 1;
+        }
+        for slot in self.dormant.values() {
+            assert!(slot.n == 1 || slot.principal == 0, "a shared dormant entry keeps a principal");
+            if let Some(i) = slot.principal.checked_sub(1) {
+                let name = self.names.get(i as usize).expect("a dormant principal without its name");
+                *held_by.entry(name.clone()).or_insert(0) += 1;
+            }
+        }
+        assert_eq!(self.held_by, held_by, "held_by");
         for (key, ks) in &self.keys {
             assert_eq!(self.contention.waiters(key), ks.live(), "contention of {key:?}");
             let holding: Vec<_> = ks.holders.iter().filter(|h| h.holds()).collect();

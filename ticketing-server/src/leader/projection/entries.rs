@@ -27,8 +27,13 @@ pub struct Waiter {
     /// Exclusive (`A`), counted (`S … n`) or every key of a set (`K`, whose
     /// first key is `key`).
     pub kind: GrantKind,
-    /// The name of its connection's principal (its waiters are counted).
+    /// The name of its connection's principal (its waiters and, once
+    /// granted, its held keys are counted).
     pub principal: Option<std::sync::Arc<str>>,
+    /// The keys its principal may hold at once, by the principal's
+    /// definition when the request was read (docs/security.md, "Several
+    /// teams: principals"); checked again when it is handed a key.
+    pub held_cap: Option<usize>,
 }
 
 impl Waiter {
@@ -55,6 +60,10 @@ pub struct Holding {
     pub shared: bool,
     /// Being committed, or committed with its token and lease.
     pub grant: Grant,
+    /// The principal it was granted to by this leader (its held keys are
+    /// counted); `None` with auth off, and for grants of an earlier leader
+    /// (the replicated state does not record principals).
+    pub principal: Option<std::sync::Arc<str>>,
 }
 
 /// Where a projected grant is.
@@ -80,18 +89,27 @@ pub enum Grant {
     /// counts toward `--max-held-keys` until the command commits unless
     /// the command hands the key over (`counted: false`: the next holder
     /// takes its place), so a failure that puts it back never exceeds the cap.
+    /// The same for its principal's `max_held_keys`, where only a next holder
+    /// of the same principal takes its place.
     Freeing {
         /// Its fencing token.
         token: Token,
         /// Still counted as held.
         counted: bool,
+        /// Still counted as held by its principal.
+        counted_for_principal: bool,
     },
 }
 
 impl Holding {
     /// A grant being committed.
     pub fn committing(owner: Owner, shared: bool) -> Holding {
-        Holding { owner, shared, grant: Grant::Committing }
+        Holding { owner, shared, grant: Grant::Committing, principal: None }
+    }
+
+    /// The same, granted to `principal`.
+    pub fn of(self, principal: Option<std::sync::Arc<str>>) -> Holding {
+        Holding { principal, ..self }
     }
 
     /// A committed grant of `lease_s` seconds whose lease ends at `deadline`
@@ -108,6 +126,7 @@ impl Holding {
             owner,
             shared: slot.is_some(),
             grant: Grant::Committed { token, deadline, granted_dt, slot, lease_s },
+            principal: None,
         }
     }
 
@@ -153,6 +172,14 @@ impl Holding {
     /// Counts toward `--max-held-keys`.
     pub(super) fn counts(&self) -> bool {
         !matches!(self.grant, Grant::Freeing { counted: false, .. })
+    }
+
+    /// The principal it counts for, toward its `max_held_keys`.
+    pub(super) fn counts_for(&self) -> Option<&std::sync::Arc<str>> {
+        match self.grant {
+            Grant::Freeing { counted_for_principal: false, .. } => None,
+            _ => self.principal.as_ref(),
+        }
     }
 }
 

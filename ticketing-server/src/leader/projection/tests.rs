@@ -19,6 +19,7 @@ fn waiter(conn: u64, id: u64, key: &str, at: Instant) -> Waiter {
         wait_until: at + Duration::from_secs(10),
         kind: GrantKind::Exclusive,
         principal: None,
+        held_cap: None,
     }
 }
 
@@ -266,4 +267,68 @@ proptest! {
             p.check();
         }
     }
+}
+
+#[test]
+fn held_keys_count_for_their_principal_dormant_or_not() {
+    use crate::domain_time::DomainClock;
+    use crate::locks::Holder;
+    let now = crate::test_fields::t0();
+    let clock = DomainClock::start(10_000, now);
+    let mut p = Projection::new();
+    p.set_dormant_above(0);
+    let team: Option<std::sync::Arc<str>> = Some("team".into());
+    let t = Token::new(7).unwrap();
+    // Being committed, committed, dormant, back: one key of "team" throughout.
+    p.add_holder(&k("a"), Holding::committing(o("oa"), false).of(team.clone()));
+    assert_eq!((p.held_of("team"), p.held_of("other")), (1, 0));
+    p.commit_holder(&k("a"), &o("oa"), Holding::committed(o("oa"), t, 3, 10_000, None, now).of(team.clone()));
+    p.remove_if_idle(&k("a"));
+    assert_eq!((p.dormant(), p.held_of("team")), (1, 1));
+    p.check();
+    let applied = Holder { owner: o("oa"), token: t, lease_s: 3, granted_dt: 10_000, slot: None };
+    assert!(p.hydrate(&k("a"), vec![applied], &clock, now));
+    assert_eq!(p.holders(&k("a"))[0].principal, team);
+    assert_eq!(p.held_of("team"), 1);
+    // Being freed by a hand-over to another principal: counted for its own
+    // until the command commits (a failure puts it back)...
+    p.mark_freeing(&k("a"), &o("oa"), t, false, true);
+    assert_eq!((p.held(), p.held_of("team")), (0, 1));
+    p.check();
+    // ...to one of the same principal: its place is taken.
+    p.mark_freeing(&k("a"), &o("oa"), t, false, false);
+    assert_eq!((p.held(), p.held_of("team")), (0, 0));
+    p.remove_holder(&k("a"), &o("oa"), t);
+    p.check();
+    // A dormant entry no applied holder matches stops counting for its principal.
+    p.add_holder(&k("b"), Holding::committed(o("ob"), t, 3, 10_000, None, now).of(team.clone()));
+    p.remove_if_idle(&k("b"));
+    p.drop_dormant(p.first_dormant().unwrap());
+    assert_eq!((p.held(), p.held_of("team")), (0, 0));
+    p.check();
+    // Two keys in one dormant entry (equal hashes and lease ends): both
+    // stop counting for their principals when the second arrives, and are
+    // uncounted once.
+    p.add_holder(&k("c"), Holding::committed(o("oc"), t, 3, 10_000, None, now).of(team.clone()));
+    p.remove_if_idle(&k("c"));
+    let entry = p.first_dormant().unwrap();
+    let other: std::sync::Arc<str> = "other".into();
+    p.set_dormant_above(usize::MAX);
+    p.add_holder(&k("d"), Holding::committed(o("od"), t, 3, 10_000, None, now).of(Some(other.clone())));
+    assert_eq!((p.held_of("team"), p.held_of("other")), (1, 1));
+    // As `remove_if_idle` would if d's hash were c's.
+    p.timers.disarm(TimerKind::Lease(k("d")), now + Duration::from_secs(3));
+    p.keys.remove(&k("d"));
+    p.put_dormant(entry, Some(&other));
+    assert_eq!((p.held(), p.dormant(), p.held_of("team"), p.held_of("other")), (2, 2, 0, 0));
+    p.check();
+    p.drop_dormant(entry);
+    p.drop_dormant(entry);
+    assert_eq!((p.held(), p.dormant(), p.held_of("team"), p.held_of("other")), (0, 0, 0, 0));
+    p.check();
+    // A new term forgets every count.
+    p.add_holder(&k("e"), Holding::committing(o("oe"), false).of(team));
+    p.clear();
+    assert_eq!(p.held_of("team"), 0);
+    p.check();
 }

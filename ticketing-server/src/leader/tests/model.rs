@@ -4,6 +4,11 @@
 
 use super::*;
 
+/// The principal of the first two connections, and its caps.
+const TEAM: &str = "team";
+const TEAM_WAITERS: usize = 2;
+const TEAM_HELD: usize = 1;
+
 // ----- random histories -----------------------------------------------------
 
 #[derive(Debug, Clone)]
@@ -192,7 +197,13 @@ impl Model {
                     wait,
                     lease,
                     read_at: now,
-                    principal: None,
+                    // The first two connections belong to a principal with
+                    // caps of its own (docs/security.md, "Several teams: principals").
+                    principal: (conn < 2).then(|| crate::principal::PrincipalCap {
+                        name: TEAM.into(),
+                        max_waiters: Some(TEAM_WAITERS),
+                        max_held_keys: Some(TEAM_HELD),
+                    }),
                 });
             }
             Op::Release { conn, key, pick } => {
@@ -287,6 +298,10 @@ impl Model {
             assert!(q <= self.limits.max_waiters_per_key, "per-key waiters cap");
         }
         assert!(l.timers_len() <= l.held() + l.waiters() + 2, "timers beyond the state");
+        // The principal's own caps (its count: the projection's `check`).
+        assert!(l.held_of(TEAM) <= TEAM_HELD, "the principal's held-keys cap");
+        // As for `waiters`: one uncapped waiter per key behind a no-op release.
+        assert!(l.waiters_of(TEAM) <= TEAM_WAITERS + 3, "the principal's waiters cap");
     }
 
     fn answered(&mut self, at: Instant, conn: ConnId, id: RequestId, frame: &ServerFrame) {
