@@ -323,7 +323,10 @@ async fn fake_admin(status: &'static str, body: String) -> (String, std::sync::A
             let mut buf = vec![0u8; 4096];
             let n = s.read(&mut buf).await.unwrap_or(0);
             let req = String::from_utf8_lossy(&buf[..n]).into_owned();
-            seen.lock().unwrap().push(req.split(' ').nth(1).unwrap_or("").to_owned());
+            // The path, and the body after a space when there is one.
+            let path = req.split(' ').nth(1).unwrap_or("").to_owned();
+            let sent = req.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
+            seen.lock().unwrap().push(if sent.is_empty() { path } else { format!("{path} {sent}") });
             let resp = format!(
                 "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
@@ -358,6 +361,41 @@ async fn locks_prints_holder_and_waiters_following_a_follower_to_the_leader() {
     let r = ticketing(&["locks", "k", "--admin", &lost, "--admin-ca", "/nonexistent/admin-ca.pem"], &[]).await;
     assert_eq!(r.code, Some(64), "{}", r.stderr);
     assert!(r.stderr.contains("--admin-ca /nonexistent/admin-ca.pem"), "{}", r.stderr);
+}
+
+#[tokio::test]
+async fn cluster_add_asks_the_leader_and_a_refusal_is_exit_82() {
+    let members = r#"{"domain":"d0","leader_id":1,"members":[
+        {"id":1,"peer":"10.0.0.1:5226","client":"10.0.0.1:5225","voter":true,"admin":"10.0.0.1:5227"},
+        {"id":2,"peer":"10.0.0.2:5226","client":"10.0.0.2:5225","voter":true,"admin":null},
+        {"id":4,"peer":"10.0.0.4:5226","client":"10.0.0.4:5225","voter":false,"admin":null}]}"#;
+    let (leader, leader_paths) = fake_admin("200 OK", members.to_owned()).await;
+    let follower_body = format!(r#"{{"error":"not the leader","leader":"127.0.0.1:5225","leader_admin":"{leader}"}}"#);
+    let (follower, follower_paths) = fake_admin("503 Service Unavailable", follower_body).await;
+    let r = ticketing(&["cluster", "add", "10.0.0.4:5226", "10.0.0.5:5226", "--admin", &follower], &[]).await;
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let asked = r#"/cluster/add {"peers":["10.0.0.4:5226","10.0.0.5:5226"]}"#;
+    assert_eq!(follower_paths.lock().unwrap().as_slice(), [asked]);
+    assert_eq!(leader_paths.lock().unwrap().as_slice(), [asked]);
+    assert!(r.stdout.contains("domain  d0"), "{}", r.stdout);
+    let rows: Vec<Vec<&str>> = r.stdout.lines().skip(2).map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows[0], ["1", "leader", "10.0.0.1:5226", "10.0.0.1:5225", "10.0.0.1:5227"], "{}", r.stdout);
+    assert_eq!(rows[2], ["4", "learner", "10.0.0.4:5226", "10.0.0.4:5225", "-"], "{}", r.stdout);
+
+    // `list` asks the node given, whatever its role.
+    let r = ticketing(&["cluster", "list", "--admin", &leader], &[]).await;
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(leader_paths.lock().unwrap().last().map(String::as_str), Some("/cluster"));
+
+    let (refusing, paths) =
+        fake_admin("409 Conflict", r#"{"error":"refused: it would lose the majority"}"#.into()).await;
+    let r = ticketing(&["cluster", "remove", "3", "10.0.0.2:5226", "--admin", &refusing], &[]).await;
+    assert_eq!(r.code, Some(82), "{}", r.stderr);
+    assert!(r.stderr.contains("cluster remove: refused: it would lose the majority"), "{}", r.stderr);
+    assert_eq!(paths.lock().unwrap().as_slice(), [r#"/cluster/remove {"nodes":["3","10.0.0.2:5226"]}"#]);
+    // Two addresses, never one or three.
+    assert_eq!(ticketing(&["cluster", "add", "a:1", "--admin", &refusing], &[]).await.code, Some(64));
+    assert_eq!(ticketing(&["cluster", "add", "a:1", "b:1", "c:1", "--admin", &refusing], &[]).await.code, Some(64));
 }
 
 /// S → G (slot 1), K → A, R → R.

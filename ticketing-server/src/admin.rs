@@ -7,6 +7,7 @@
 //! endpoint reads only what it shows.
 
 pub mod accept;
+pub mod members;
 pub mod series;
 pub mod ui;
 
@@ -62,6 +63,7 @@ pub fn app(state: AdminState, series: Arc<Series>) -> Router {
         .route("/metrics", get(metrics))
         .route("/locks/*key", get(lock))
         .merge(ui::routes())
+        .merge(members::routes())
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), bearer));
     Router::new()
         .route("/healthz", get(healthz))

@@ -9,9 +9,9 @@ mod common;
 use common::*;
 /// The `ticketing locks` command's reads of the admin port (the CLI binary
 /// is built by its own crate; its exit codes are tested there).
-#[path = "../../ticketing-client/src/cli_locks.rs"]
+#[path = "../../ticketing-client/src/cli_admin.rs"]
 #[allow(dead_code)]
-mod cli_locks;
+mod cli_admin;
 use std::time::{Duration, Instant};
 use ticketing_testkit::http_get_bearer;
 
@@ -58,18 +58,18 @@ fn every_path_but_the_probes_needs_the_token() {
 /// `ticketing locks --admin-token-file F`: the holder table with any token
 /// of the file; without one or with a wrong one, an auth failure (exit 80).
 #[tokio::test]
-async fn the_cli_locks_command_sends_the_admin_token() {
+async fn the_cli_admin_command_sends_the_admin_token() {
     let (_server, admin, _file) = start("old-admin-token\nnew-admin-token\n");
     let at = format!("127.0.0.1:{admin}");
     for token in ["old-admin-token", "new-admin-token"] {
-        match cli_locks::fetch(&at, "k", Some(token), None).await {
-            Ok(v) => assert!(cli_locks::table("k", &v).contains("holder       none"), "{v}"),
+        match cli_admin::fetch(&at, "k", Some(token), None).await {
+            Ok(v) => assert!(cli_admin::table("k", &v).contains("holder       none"), "{v}"),
             Err(_) => panic!("ticketing locks with {token} failed"),
         }
     }
     for token in [None, Some("wrong")] {
-        match cli_locks::fetch(&at, "k", token, None).await {
-            Err(cli_locks::Failure::AuthFailed(m)) => assert!(m.contains(&at), "{m}"),
+        match cli_admin::fetch(&at, "k", token, None).await {
+            Err(cli_admin::Failure::AuthFailed(m)) => assert!(m.contains(&at), "{m}"),
             _ => panic!("ticketing locks with {token:?} was not refused"),
         }
     }
@@ -181,17 +181,17 @@ async fn the_admin_port_over_tls() {
     // Plain HTTP on the TLS admin port: no HTTP answer.
     assert_eq!(code(admin, "/healthz", None), 0);
     // `ticketing locks --admin-ca CA --admin-token-file F` over HTTPS.
-    let ca = cli_locks::tls(&cert).unwrap();
+    let ca = cli_admin::tls(&cert).unwrap();
     let at = format!("localhost:{admin}");
-    let v = match cli_locks::fetch(&at, "k", Some("tls-admin-token"), Some(&ca)).await {
+    let v = match cli_admin::fetch(&at, "k", Some("tls-admin-token"), Some(&ca)).await {
         Ok(v) => v,
         Err(_) => panic!("ticketing locks over HTTPS with the token failed"),
     };
-    assert!(cli_locks::table("k", &v).contains("holder       none"), "{v}");
-    assert!(matches!(cli_locks::fetch(&at, "k", None, Some(&ca)).await, Err(cli_locks::Failure::AuthFailed(_))));
+    assert!(cli_admin::table("k", &v).contains("holder       none"), "{v}");
+    assert!(matches!(cli_admin::fetch(&at, "k", None, Some(&ca)).await, Err(cli_admin::Failure::AuthFailed(_))));
     assert!(matches!(
-        cli_locks::fetch(&at, "k", Some("tls-admin-token"), None).await,
-        Err(cli_locks::Failure::Unavailable(_))
+        cli_admin::fetch(&at, "k", Some("tls-admin-token"), None).await,
+        Err(cli_admin::Failure::Unavailable(_))
     ));
 }
 

@@ -139,6 +139,24 @@ pub fn http_get_bearer(port: u16, path: &str, bearer: Option<&str>) -> Option<(u
     parse_answer(&out)
 }
 
+/// A raw HTTP/1.1 `POST` of the JSON `body` to `path` on 127.0.0.1:`port`
+/// (1 s to connect, `limit` to answer): (status code, body); `None` if no
+/// answer.
+pub fn http_post_json(port: u16, path: &str, body: &str, limit: Duration) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(limit)).ok()?;
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    s.write_all(format!("{head}Connection: close\r\n\r\n{body}").as_bytes()).ok()?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).ok()?;
+    parse_answer(&out)
+}
+
 /// [`http_get_any`]: the body of a 200 answer.
 pub fn http_get(port: u16, path: &str) -> Option<String> {
     http_get_any(port, path).and_then(|(code, body)| (code == 200).then_some(body))

@@ -5,17 +5,18 @@
 //! ticketing [--addr HOST:PORT]... [--token-file F] [--tls MODE] [--tls-client-cert F --tls-client-key F] lock --all KEY KEY... --wait S --lease S [--budget S] -- CMD ARGS...
 //! ticketing [--addr HOST:PORT]... [--token-file F] [--tls MODE] [--tls-client-cert F --tls-client-key F] ping [--timeout S]
 //! ticketing locks KEY --admin HOST:PORT [--admin-token-file F] [--admin-ca F]
+//! ticketing cluster list|add PEER PEER|remove NODE NODE --admin HOST:PORT [--admin-token-file F] [--admin-ca F]
 //! ```
 //!
 //! Exit codes (also in `docs/client.md`): CMD's own status once it ran, else
 //! 64 usage / invalid argument, 69 unavailable, 70 internal, 75 not granted
 //! within `--wait` (`T`), 76 busy (`B`), 77 indeterminate, 78 insufficient
 //! time, 79 the lease ran out while CMD ran (CMD got SIGTERM), 80 auth failed,
-//! 126 CMD could not be run, 127 CMD not found.
+//! 81 forbidden, 82 a membership change refused, 126 CMD could not be run, 127 CMD not found.
 #![forbid(unsafe_code)]
 
-#[path = "../cli_locks.rs"]
-mod locks;
+#[path = "../cli_admin.rs"]
+mod admin;
 
 use clap::{Args, Parser, Subcommand};
 use nix::sys::signal::{kill, Signal};
@@ -40,6 +41,7 @@ mod code {
     pub const LEASE_LOST: u8 = 79;
     pub const AUTH_FAILED: u8 = 80;
     pub const FORBIDDEN: u8 = 81;
+    pub const REFUSED: u8 = 82;
     pub const CANNOT_RUN: u8 = 126;
     pub const NOT_FOUND: u8 = 127;
 }
@@ -89,14 +91,16 @@ enum Command {
     /// Who holds KEY and who waits for it, in FIFO order (owner prefixes only),
     /// from the leader's admin HTTP (a follower's is followed to the leader's).
     Locks(LocksArgs),
+    /// The cluster's members (`list`), or a membership change asked of the leader: grow 3 → 5 voters with
+    /// the nodes at two peer addresses (`add`), shrink 5 → 3 without two nodes (`remove`, NodeIds or peer
+    /// addresses).
+    Cluster(ClusterArgs),
 }
 
 #[derive(Debug, Args)]
-struct LocksArgs {
-    /// The lock's key.
-    key: String,
+struct AdminArgs {
     /// Admin HTTP address (a server's --admin-listen) host:port.
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "HOST:PORT", env = "TICKETING_ADMIN")]
     admin: String,
     /// File holding the admin token on its first line (a server with --admin-token-file).
     #[arg(long, value_name = "FILE", env = "TICKETING_ADMIN_TOKEN_FILE")]
@@ -105,6 +109,46 @@ struct LocksArgs {
     /// certificates (PEM) in FILE.
     #[arg(long, value_name = "FILE", env = "TICKETING_ADMIN_CA")]
     admin_ca: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct ClusterArgs {
+    #[command(subcommand)]
+    change: ClusterChange,
+}
+
+#[derive(Debug, Subcommand)]
+enum ClusterChange {
+    /// The members: NodeId, voter or learner (the leader marked), peer, client and admin addresses.
+    List {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Grow 3 → 5 voters: the two new nodes (started without --bootstrap, --peers listing all five)
+    /// join as learners, catch up, then become voters in one step.
+    Add {
+        /// The new nodes' peer addresses.
+        #[arg(num_args = 2, required = true, value_name = "PEER_ADDR")]
+        peers: Vec<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Shrink 5 → 3 voters: two voters leave in one step (refused if it would lose the majority).
+    Remove {
+        /// NodeIds or peer addresses of the two voters that leave.
+        #[arg(num_args = 2, required = true, value_name = "NODE")]
+        nodes: Vec<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+struct LocksArgs {
+    /// The lock's key.
+    key: String,
+    #[command(flatten)]
+    admin: AdminArgs,
 }
 
 #[derive(Debug, Args)]
@@ -161,35 +205,69 @@ fn usage(msg: impl std::fmt::Display) -> u8 {
     code::USAGE
 }
 
+/// The admin token and TLS roots of `--admin-token-file` / `--admin-ca`.
+fn admin_access(a: &AdminArgs) -> Result<(Option<String>, Option<std::sync::Arc<rustls::ClientConfig>>), u8> {
+    let token = a.admin_token_file.as_ref().map(read_token).transpose().map_err(usage)?;
+    let tls = a.admin_ca.as_deref().map(admin::tls).transpose().map_err(usage)?;
+    Ok((token, tls))
+}
+
+/// The exit code of an admin failure, its message on stderr.
+fn admin_failure(what: &str, f: admin::Failure) -> u8 {
+    let (m, status) = match f {
+        admin::Failure::Usage(m) => return usage(m),
+        admin::Failure::Unavailable(m) => (m, code::UNAVAILABLE),
+        admin::Failure::AuthFailed(m) => (m, code::AUTH_FAILED),
+        admin::Failure::Refused(m) => (m, code::REFUSED),
+    };
+    eprintln!("ticketing: {what}: {m}");
+    status
+}
+
+/// `ticketing locks KEY`.
+async fn locks(args: &LocksArgs) -> u8 {
+    let (token, tls) = match admin_access(&args.admin) {
+        Ok(a) => a,
+        Err(c) => return c,
+    };
+    match admin::fetch(&args.admin.admin, &args.key, token.as_deref(), tls.as_ref()).await {
+        Ok(v) => {
+            print!("{}", admin::table(&args.key, &v));
+            code::OK
+        }
+        Err(f) => admin_failure(&format!("locks {}", args.key), f),
+    }
+}
+
+/// `ticketing cluster list|add|remove`.
+async fn cluster(args: &ClusterArgs) -> u8 {
+    let (what, change, at) = match &args.change {
+        ClusterChange::List { admin } => ("cluster list", admin::Change::List, admin),
+        ClusterChange::Add { peers, admin } => ("cluster add", admin::Change::Add(peers.clone()), admin),
+        ClusterChange::Remove { nodes, admin } => ("cluster remove", admin::Change::Remove(nodes.clone()), admin),
+    };
+    let (token, tls) = match admin_access(at) {
+        Ok(a) => a,
+        Err(c) => return c,
+    };
+    match admin::cluster(&at.admin, &change, token.as_deref(), tls.as_ref()).await {
+        Ok(v) => {
+            print!("{}", admin::members_table(&v));
+            code::OK
+        }
+        Err(f) => admin_failure(what, f),
+    }
+}
+
 fn seconds(name: &str, v: f64) -> Result<Duration, u8> {
     Duration::try_from_secs_f64(v).map_err(|_| usage(format!("--{name} must be a finite number of seconds >= 0")))
 }
 
 async fn run(cli: Cli) -> u8 {
-    if let Command::Locks(args) = &cli.command {
-        let token = match args.admin_token_file.as_ref().map(read_token).transpose() {
-            Ok(t) => t,
-            Err(m) => return usage(m),
-        };
-        let tls = match args.admin_ca.as_deref().map(locks::tls).transpose() {
-            Ok(t) => t,
-            Err(m) => return usage(m),
-        };
-        return match locks::fetch(&args.admin, &args.key, token.as_deref(), tls.as_ref()).await {
-            Ok(v) => {
-                print!("{}", locks::table(&args.key, &v));
-                code::OK
-            }
-            Err(locks::Failure::Usage(m)) => usage(m),
-            Err(locks::Failure::Unavailable(m)) => {
-                eprintln!("ticketing: locks {}: {m}", args.key);
-                code::UNAVAILABLE
-            }
-            Err(locks::Failure::AuthFailed(m)) => {
-                eprintln!("ticketing: locks {}: {m}", args.key);
-                code::AUTH_FAILED
-            }
-        };
+    match &cli.command {
+        Command::Locks(args) => return locks(args).await,
+        Command::Cluster(args) => return cluster(args).await,
+        Command::Lock(_) | Command::Ping(_) => {}
     }
     let builder = match builder(&cli) {
         Ok(b) => b,
@@ -200,7 +278,7 @@ async fn run(cli: Cli) -> u8 {
     // the lock, not at the socket; `ping` measures the connection itself.
     let broker = match cli.command {
         Command::Lock(_) => builder.connect().await,
-        Command::Ping(_) | Command::Locks(_) => builder.build(),
+        Command::Ping(_) | Command::Locks(_) | Command::Cluster(_) => builder.build(),
     };
     let broker = match broker {
         Ok(b) => b,
@@ -209,7 +287,7 @@ async fn run(cli: Cli) -> u8 {
     let status = match cli.command {
         Command::Lock(args) => lock(&broker, args).await,
         Command::Ping(args) => ping(&broker, args).await,
-        Command::Locks(_) => code::INTERNAL, // answered above
+        Command::Locks(_) | Command::Cluster(_) => code::INTERNAL, // answered above
     };
     broker.close().await;
     status

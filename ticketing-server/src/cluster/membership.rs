@@ -364,9 +364,6 @@ pub async fn on_join(node: &Arc<Node>, req: JoinRequest) -> JoinAnswer {
     if membership.voter_ids().any(|v| v == req.node_id) {
         return JoinAnswer::Accepted(domain);
     }
-    if !node.peers.contains(&req.node.peer) {
-        return JoinAnswer::Refused(format!("{} is not one of this cluster's --peers", req.node.peer));
-    }
     let old: BTreeSet<NodeId> = membership
         .nodes()
         .filter(|(id, n)| n.peer == req.node.peer && **id != req.node_id)
@@ -421,3 +418,141 @@ pub async fn on_join(node: &Arc<Node>, req: JoinRequest) -> JoinAnswer {
     });
     JoinAnswer::Accepted(domain)
 }
+
+/// How long a membership change may take, each step (a new node catching
+/// up as a learner; the joint and the final configuration committed).
+const CHANGE_STEP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a node may take to answer the liveness probe of a change.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Grows the voters 3 → 5 with the nodes at the two peer addresses `add`
+/// (docs/operating.md, "Growing and shrinking a cluster"): each new node is
+/// caught up as a learner first, then both become voters in one joint
+/// consensus step. Only the serving leader changes the membership, one
+/// change at a time; anything that does not fit is refused with the reason
+/// and changes nothing.
+pub async fn grow(node: &Node, pool: &Pool, add: &[String]) -> Result<(), String> {
+    let raft = node.raft.get().ok_or("raft is not running")?;
+    let domain = node.domain().filter(|_| node.is_serving()).ok_or(NOT_LEADER)?;
+    let _one = node.replacing.clone().try_lock_owned().map_err(|_| BUSY)?;
+    let membership = raft.metrics().borrow().membership_config.membership().clone();
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    if voters.len() != 3 {
+        return Err(format!("the cluster has {} voters: add grows 3 voters to 5", voters.len()));
+    }
+    let [a, b] = add else { return Err("add takes exactly two peer addresses (3 → 5 voters)".into()) };
+    if a == b {
+        return Err(format!("{a} is given twice"));
+    }
+    let mut joining = BTreeMap::new();
+    for addr in [a, b] {
+        if let Some((id, _)) = membership.nodes().find(|(id, n)| n.peer == *addr && voters.contains(id)) {
+            return Err(format!("{addr} is already the peer address of voter {id}"));
+        }
+        let s = match pool.call(addr, None, Body::StatusReq, PROBE_TIMEOUT).await {
+            Ok(Body::StatusResp(s)) => s,
+            Ok(_) => return Err(format!("{addr}: unexpected answer")),
+            Err(e) => return Err(format!("{addr}: {e}: start the new node first (without --bootstrap)")),
+        };
+        if voters.contains(&s.node_id) || joining.values().any(|(id, _): &(NodeId, NodeInfo)| *id == s.node_id) {
+            return Err(format!("{addr} is node {}, already a member", s.node_id));
+        }
+        match s.domain {
+            Some(d) if d != domain => {
+                return Err(format!("{addr} (node {}) belongs to another fencing domain {d}", s.node_id))
+            }
+            // A node of this domain that is no voter was one before: its
+            // NodeId never returns (docs/deployment.md, "Identity and the
+            // rolling restart"); a learner of a change that did not finish may.
+            Some(_) if membership.get_node(&s.node_id).is_none() => {
+                return Err(format!(
+                    "{addr} (node {}) was a member of this domain and was removed: start it on an empty data dir \
+                     to add it as a new node",
+                    s.node_id
+                ))
+            }
+            _ => {}
+        }
+        let info = NodeInfo { peer: addr.clone(), client: s.client, admin: s.admin };
+        joining.insert(addr.clone(), (s.node_id, info));
+    }
+    for (addr, (id, info)) in &joining {
+        info!(node = %id, %addr, "grow: adding a learner");
+        match tokio::time::timeout(CHANGE_STEP_TIMEOUT, raft.add_learner(*id, info.clone(), true)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(format!("adding {addr} as a learner failed: {e}")),
+            Err(_) => return Err(format!("{addr} did not catch up within {}s", CHANGE_STEP_TIMEOUT.as_secs())),
+        }
+    }
+    let ids: BTreeSet<NodeId> = joining.values().map(|(id, _)| *id).collect();
+    info!(voters = ?ids, "grow: the learners caught up; adding them as voters (joint consensus)");
+    change(raft, ChangeMembers::AddVoterIds(ids)).await?;
+    info!("grow: the cluster has 5 voters");
+    Ok(())
+}
+
+/// Shrinks the voters 5 → 3, removing the two voters `remove` names (a
+/// NodeId or a peer address each) in one joint consensus step. Refused
+/// unless a majority of the 5 and a majority of the 3 left answer now (the
+/// change could not commit otherwise). Removing the leader itself is
+/// allowed: it commits the change, then steps down and the 3 elect a new
+/// leader.
+pub async fn shrink(node: &Node, pool: &Pool, remove: &[String]) -> Result<(), String> {
+    let raft = node.raft.get().ok_or("raft is not running")?;
+    node.domain().filter(|_| node.is_serving()).ok_or(NOT_LEADER)?;
+    let _one = node.replacing.clone().try_lock_owned().map_err(|_| BUSY)?;
+    let membership = raft.metrics().borrow().membership_config.membership().clone();
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    if voters.len() != 5 {
+        return Err(format!("the cluster has {} voters: remove shrinks 5 voters to 3", voters.len()));
+    }
+    if remove.len() != 2 {
+        return Err("remove takes exactly two nodes (5 → 3 voters)".into());
+    }
+    let mut gone = BTreeSet::new();
+    for r in remove {
+        let id = membership
+            .nodes()
+            .find(|(id, n)| voters.contains(id) && (n.peer == *r || id.0.to_string() == *r))
+            .map(|(id, _)| *id)
+            .ok_or_else(|| format!("{r} is neither the NodeId nor the peer address of a voter"))?;
+        if !gone.insert(id) {
+            return Err(format!("{r} names node {id} twice"));
+        }
+    }
+    let mut live = BTreeSet::from([node.id]);
+    for (id, n) in membership.nodes().filter(|(id, _)| voters.contains(id) && **id != node.id) {
+        if let Ok(Body::StatusResp(s)) = pool.call(&n.peer, Some(*id), Body::StatusReq, PROBE_TIMEOUT).await {
+            if s.domain == node.domain() {
+                live.insert(*id);
+            }
+        }
+    }
+    let left: BTreeSet<NodeId> = voters.difference(&gone).copied().collect();
+    let live_left = left.intersection(&live).count();
+    if live.len() < 3 || live_left < 2 {
+        return Err(format!(
+            "refused: it would lose the majority: {} of the 5 voters and {live_left} of the 3 that stay answer now \
+             (a change needs 3 of 5 and 2 of 3)",
+            live.len()
+        ));
+    }
+    info!(removed = ?gone, "shrink: removing two voters (joint consensus)");
+    change(raft, ChangeMembers::RemoveVoters(gone)).await?;
+    info!("shrink: the cluster has 3 voters");
+    Ok(())
+}
+
+/// One `change_membership` (joint, then final), bounded in time.
+async fn change(raft: &super::types::Raft, members: ChangeMembers<NodeId, NodeInfo>) -> Result<(), String> {
+    match tokio::time::timeout(CHANGE_STEP_TIMEOUT, raft.change_membership(members, false)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("the membership change failed: {e}")),
+        Err(_) => Err(format!("the membership change did not commit within {}s", CHANGE_STEP_TIMEOUT.as_secs())),
+    }
+}
+
+/// The refusal of a change asked of a node that is not the serving leader.
+pub const NOT_LEADER: &str = "not the leader";
+/// The refusal of a change while another one runs.
+pub const BUSY: &str = "another membership change is running: try again when it is done";

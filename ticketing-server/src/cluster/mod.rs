@@ -32,6 +32,7 @@ use crate::locks::{Command, LockState};
 use crate::reload::{Current, Material, PeerTokens};
 use crate::replication::{Leadership, Proposal, ProposeError, Replicator};
 use crate::tls::PeerTls;
+use membership::BootstrapRefusal;
 use openraft::error::{ClientWriteError, Fatal, RaftError};
 use openraft::ServerState;
 use prometheus_client::metrics::histogram::Histogram;
@@ -369,6 +370,7 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
     let (tx, _) = watch::channel(Leadership { serving: false, active: false, leader: None, epoch: 0 });
     let replicator = Arc::new(ClusterReplicator {
         node: node.clone(),
+        pool: pool.clone(),
         raft: raft.clone(),
         sm,
         leadership: tx,
@@ -478,9 +480,18 @@ fn spawn_membership(cfg: &ClusterConfig, node: Arc<Node>, pool: Arc<peer::Pool>)
     }
     if cfg.bootstrap && node.domain().is_none() {
         tokio::spawn(async move {
-            if let Err(why) = membership::bootstrap(node, pool).await {
-                error!(error = %why, "bootstrap refused");
-                let _ = failed_tx.send(ClusterError::BootstrapRefused(why));
+            match membership::bootstrap(node.clone(), pool.clone()).await {
+                Ok(()) => {}
+                // A domain is alive at the peers (a node restarted by its
+                // supervisor with its first command line): join it.
+                Err(why @ (BootstrapRefusal::PeerInDomain { .. } | BootstrapRefusal::PeerInitialized { .. })) => {
+                    warn!(reason = %why, "--bootstrap: a fencing domain is alive at the peers; joining it instead");
+                    membership::join_loop(node, pool).await;
+                }
+                Err(why) => {
+                    error!(error = %why, "bootstrap refused");
+                    let _ = failed_tx.send(ClusterError::BootstrapRefused(why));
+                }
             }
         });
     } else {

@@ -8,6 +8,7 @@ use super::*;
 /// The cluster [`Replicator`]: commits commands through openraft.
 pub struct ClusterReplicator {
     pub(super) node: Arc<Node>,
+    pub(super) pool: Arc<super::peer::Pool>,
     pub(super) raft: Raft,
     pub(super) sm: store::StateMachine,
     pub(super) leadership: watch::Sender<Leadership>,
@@ -89,6 +90,16 @@ impl ClusterReplicator {
         let m = self.raft.metrics().borrow().clone();
         let leader = m.current_leader?;
         m.membership_config.membership().get_node(&leader)?.admin.clone()
+    }
+
+    /// Grows the voters 3 → 5 with the nodes at two peer addresses (docs/operating.md, "Growing and shrinking a cluster").
+    pub async fn grow(&self, peers: &[String]) -> Result<(), String> {
+        membership::grow(&self.node, &self.pool, peers).await
+    }
+
+    /// Shrinks the voters 5 → 3 (two NodeIds or peer addresses).
+    pub async fn shrink(&self, nodes: &[String]) -> Result<(), String> {
+        membership::shrink(&self.node, &self.pool, nodes).await
     }
 
     /// The cluster state for `/status` and `/metrics`.

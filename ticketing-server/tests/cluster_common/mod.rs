@@ -33,6 +33,9 @@ pub struct Node {
     pub env: Vec<(String, String)>,
     /// Start without `--peers` (a standalone server with this slot's ports).
     pub standalone: bool,
+    /// `--peers` when not every node of the cluster (a node of a cluster
+    /// that grows later).
+    pub peers: Option<String>,
 }
 
 impl Node {
@@ -60,6 +63,7 @@ impl Cluster {
                 args: Vec::new(),
                 env: Vec::new(),
                 standalone: false,
+                peers: None,
             })
             .collect();
         Cluster { nodes, name: name.to_owned() }
@@ -80,7 +84,7 @@ impl Cluster {
             advertise: None,
             peer: node.peer,
             admin: node.admin,
-            peers: if node.standalone { "" } else { &peers },
+            peers: if node.standalone { "" } else { node.peers.as_deref().unwrap_or(&peers) },
             bootstrap,
         };
         let mut cmd = ticketing_testkit::node_command(BIN.as_ref(), &spec, std::fs::File::create(log).unwrap());

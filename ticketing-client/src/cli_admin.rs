@@ -1,7 +1,9 @@
-//! `ticketing locks KEY --admin HOST:PORT`: who holds KEY and who waits for it
-//! (docs/client.md, "Who holds, who waits"), read from the leader's admin
-//! HTTP `/locks/<key>` and printed as a table. A follower's answer names the
-//! leader's admin address; it is followed once.
+//! The CLI's admin HTTP client: `ticketing locks KEY --admin HOST:PORT`
+//! (docs/client.md, "Who holds, who waits": the leader's `/locks/<key>`
+//! printed as a table) and `ticketing cluster list|add|remove`
+//! (docs/operating.md, "Growing and shrinking a cluster"). What only the
+//! leader answers is asked of the leader: a follower's answer names the
+//! leader's admin address, and it is followed once.
 
 use serde_json::Value;
 use std::path::Path;
@@ -53,18 +55,28 @@ async fn connect(admin: &str, tls: Option<&Arc<rustls::ClientConfig>>) -> Result
     Ok(Box::new(s))
 }
 
-/// One `GET`: (status code, body); with `Authorization: Bearer <token>`
-/// when an admin token is given.
-async fn get(
+/// One exchange, `method` `path` with a JSON `body` if given: (status
+/// code, body); with `Authorization: Bearer <token>` when an admin token is
+/// given.
+async fn request(
     admin: &str,
+    method: &str,
     path: &str,
+    body: Option<&str>,
     token: Option<&str>,
     tls: Option<&Arc<rustls::ClientConfig>>,
+    limit: Duration,
 ) -> Result<(u16, String), String> {
     let exchange = async {
         let mut s = connect(admin, tls).await?;
         let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
-        let req = format!("GET {path} HTTP/1.1\r\nHost: {admin}\r\n{auth}Connection: close\r\n\r\n");
+        let content = body
+            .map(|b| format!("Content-Type: application/json\r\nContent-Length: {}\r\n", b.len()))
+            .unwrap_or_default();
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {admin}\r\n{auth}{content}Connection: close\r\n\r\n{}",
+            body.unwrap_or_default()
+        );
         s.write_all(req.as_bytes()).await.map_err(|e| format!("{admin}: {e}"))?;
         let mut out = Vec::new();
         if let Err(e) = s.read_to_end(&mut out).await {
@@ -82,7 +94,61 @@ async fn get(
             .ok_or_else(|| format!("{admin}: not an HTTP answer"))?;
         Ok((code, body.to_owned()))
     };
-    tokio::time::timeout(HTTP_TIMEOUT, exchange).await.map_err(|_| format!("{admin}: no answer within 5 s"))?
+    tokio::time::timeout(limit, exchange)
+        .await
+        .map_err(|_| format!("{admin}: no answer within {} s", limit.as_secs()))?
+}
+
+/// What to ask an admin port.
+pub struct Ask<'a> {
+    /// `GET` or `POST`.
+    pub method: &'a str,
+    /// The path.
+    pub path: String,
+    /// A JSON body.
+    pub body: Option<String>,
+    /// The admin token.
+    pub token: Option<&'a str>,
+    /// HTTPS, its certificate verified against these roots.
+    pub tls: Option<&'a Arc<rustls::ClientConfig>>,
+    /// How long the exchange may take.
+    pub limit: Duration,
+}
+
+/// Asks `admin`, following a follower's pointer to the leader's admin port
+/// once: the status code and the JSON answer of the node that answered.
+/// `401` is [`Failure::AuthFailed`]; `503` without a leader to follow is
+/// [`Failure::Unavailable`].
+pub async fn ask_leader(admin: &str, ask: &Ask<'_>) -> Result<(u16, Value), Failure> {
+    let mut at = admin.to_owned();
+    for _ in 0..2 {
+        let (code, body) = request(&at, ask.method, &ask.path, ask.body.as_deref(), ask.token, ask.tls, ask.limit)
+            .await
+            .map_err(Failure::Unavailable)?;
+        if code == 401 {
+            let why = if ask.token.is_some() {
+                "refused the admin token"
+            } else {
+                "needs an admin token (--admin-token-file)"
+            };
+            return Err(Failure::AuthFailed(format!("{at} {why}")));
+        }
+        let v: Value = serde_json::from_str(&body)
+            .map_err(|_| Failure::Unavailable(format!("{at}: answer {code} is not JSON: {}", body.trim())))?;
+        if code != 503 {
+            return Ok((code, v));
+        }
+        match v["leader_admin"].as_str() {
+            Some(next) if next != at => at = next.to_owned(),
+            _ => {
+                let leader = v["leader"].as_str().map(|l| format!(" (the leader is {l})")).unwrap_or_default();
+                return Err(Failure::Unavailable(format!(
+                    "{at} is not the leader and knows no leader admin address{leader}"
+                )));
+            }
+        }
+    }
+    Err(Failure::Unavailable(format!("{admin}: the leader moved while asking")))
 }
 
 /// Percent-encodes what is not unreserved in a URL path segment.
@@ -103,6 +169,8 @@ pub enum Failure {
     Unavailable(String),
     /// The admin port refused the admin token, or asked for one (80).
     AuthFailed(String),
+    /// The leader refused a membership change, with the reason (82).
+    Refused(String),
 }
 
 /// Fetches `/locks/<key>` from the leader (following a follower's pointer
@@ -113,32 +181,101 @@ pub async fn fetch(
     token: Option<&str>,
     tls: Option<&Arc<rustls::ClientConfig>>,
 ) -> Result<Value, Failure> {
-    let mut at = admin.to_owned();
-    for _ in 0..2 {
-        let (code, body) =
-            get(&at, &format!("/locks/{}", encode(key)), token, tls).await.map_err(Failure::Unavailable)?;
+    let path = format!("/locks/{}", encode(key));
+    let ask = Ask { method: "GET", path, body: None, token, tls, limit: HTTP_TIMEOUT };
+    match ask_leader(admin, &ask).await? {
+        (200, v) => Ok(v),
+        (400, v) => Err(Failure::Usage(format!("key {key:?}: {}", v["error"].as_str().unwrap_or("invalid")))),
+        (code, v) => Err(Failure::Unavailable(format!("{admin}: answer {code}: {v}"))),
+    }
+}
+
+/// What `ticketing cluster` does.
+pub enum Change {
+    /// List the members (any node answers).
+    List,
+    /// Grow 3 → 5 with the nodes at these peer addresses.
+    Add(Vec<String>),
+    /// Shrink 5 → 3 without these nodes (NodeIds or peer addresses).
+    Remove(Vec<String>),
+}
+
+/// How long a membership change may take to answer (the server answers
+/// within 45 s, `202` when it goes on).
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Lists the members, or asks the leader for a change: the membership
+/// after it (`/cluster` of the node that answered).
+pub async fn cluster(
+    admin: &str,
+    change: &Change,
+    token: Option<&str>,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> Result<Value, Failure> {
+    let json = |field: &str, v: &[String]| Some(serde_json::json!({ field: v }).to_string());
+    let (method, path, body, limit) = match change {
+        Change::List => ("GET", "/cluster", None, HTTP_TIMEOUT),
+        Change::Add(peers) => ("POST", "/cluster/add", json("peers", peers), CHANGE_TIMEOUT),
+        Change::Remove(nodes) => ("POST", "/cluster/remove", json("nodes", nodes), CHANGE_TIMEOUT),
+    };
+    let ask = Ask { method, path: path.into(), body, token, tls, limit };
+    let (code, v) = if matches!(change, Change::List) {
+        // Any node lists its view; no need to find the leader.
+        let (code, body) = request(admin, method, path, None, token, tls, limit).await.map_err(Failure::Unavailable)?;
         if code == 401 {
             let why =
                 if token.is_some() { "refused the admin token" } else { "needs an admin token (--admin-token-file)" };
-            return Err(Failure::AuthFailed(format!("{at} {why}")));
+            return Err(Failure::AuthFailed(format!("{admin} {why}")));
         }
-        let v: Value = serde_json::from_str(&body)
-            .map_err(|_| Failure::Unavailable(format!("{at}: answer {code} is not JSON: {}", body.trim())))?;
-        match code {
-            200 => return Ok(v),
-            400 => return Err(Failure::Usage(format!("key {key:?}: {}", v["error"].as_str().unwrap_or("invalid")))),
-            _ => match v["leader_admin"].as_str() {
-                Some(next) if next != at => at = next.to_owned(),
-                _ => {
-                    let leader = v["leader"].as_str().map(|l| format!(" (the leader is {l})")).unwrap_or_default();
-                    return Err(Failure::Unavailable(format!(
-                        "{at} is not the leader and knows no leader admin address{leader}"
-                    )));
-                }
-            },
+        let v = serde_json::from_str(&body)
+            .map_err(|_| Failure::Unavailable(format!("{admin}: answer {code} is not JSON: {}", body.trim())))?;
+        (code, v)
+    } else {
+        ask_leader(admin, &ask).await?
+    };
+    let error = || v["error"].as_str().unwrap_or("no reason given").to_owned();
+    match code {
+        200 => Ok(v),
+        202 => Err(Failure::Unavailable(error())),
+        404 => Err(Failure::Usage(error())),
+        400 | 409 => Err(Failure::Refused(error())),
+        _ => Err(Failure::Unavailable(format!("{admin}: answer {code}: {}", error()))),
+    }
+}
+
+/// The members as a table: NodeId, role (voter/learner, the leader
+/// marked), peer, client and admin addresses.
+pub fn members_table(v: &Value) -> String {
+    let leader = v["leader_id"].as_u64();
+    let head = ["node", "role", "peer", "client", "admin"].map(str::to_owned);
+    let rows: Vec<[String; 5]> = v["members"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            let voter = m["voter"].as_bool() == Some(true);
+            let role = match (voter, m["id"].as_u64() == leader && leader.is_some()) {
+                (true, true) => "leader",
+                (true, false) => "voter",
+                (false, _) => "learner",
+            };
+            let text = |f: &str| m[f].as_str().unwrap_or("-").to_owned();
+            [num(&m["id"]), role.to_owned(), text("peer"), text("client"), text("admin")]
+        })
+        .collect();
+    let mut width = [0usize; 5];
+    for r in std::iter::once(&head).chain(&rows) {
+        for (w, cell) in width.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
         }
     }
-    Err(Failure::Unavailable(format!("{admin}: the leader moved while asking")))
+    let mut out = format!("domain  {}\n", v["domain"].as_str().unwrap_or("-"));
+    for r in std::iter::once(&head).chain(&rows) {
+        let cells: Vec<String> = r.iter().zip(width).map(|(c, w)| format!("{c:<w$}")).collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 fn num(v: &Value) -> String {
