@@ -40,6 +40,9 @@ pub struct Node {
     pub child: Option<Child>,
     /// Starts so far (names the log files).
     pub starts: u32,
+    /// Durable mode: which data dir the node runs on (a node removed from
+    /// the membership comes back as a new node on a new, empty one).
+    pub generation: u32,
 }
 
 /// The cluster.
@@ -71,7 +74,14 @@ impl Cluster {
     pub async fn new(n: usize, bin: &Path, dir: &Path, seed: u64) -> anyhow::Result<Cluster> {
         let mut nodes = Vec::new();
         for _ in 0..n {
-            nodes.push(Node { client: free_port()?, peer: free_port()?, admin: free_port()?, child: None, starts: 0 });
+            nodes.push(Node {
+                client: free_port()?,
+                peer: free_port()?,
+                admin: free_port()?,
+                child: None,
+                starts: 0,
+                generation: 0,
+            });
         }
         let targets: Vec<SocketAddr> = nodes.iter().map(|n| SocketAddr::from(([127, 0, 0, 1], n.peer))).collect();
         let net = Net::start(targets, seed).await?;
@@ -112,9 +122,13 @@ impl Cluster {
     pub fn start(&mut self, i: usize, bootstrap: bool) -> anyhow::Result<()> {
         let peers = self.net.addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(",");
         let standalone = self.nodes.len() == 1;
+        let name = match self.nodes[i].generation {
+            0 => format!("node{i}-data"),
+            g => format!("node{i}-data-{g}"),
+        };
         let data = match self.disks.get(i) {
-            Some(fs) => fs.path().join(format!("node{i}-data")),
-            None => self.dir.join(format!("node{i}-data")),
+            Some(fs) => fs.path().join(name),
+            None => self.dir.join(name),
         };
         let node = &mut self.nodes[i];
         node.starts += 1;
@@ -224,6 +238,21 @@ impl Cluster {
     /// Whether node `i` still says it serves.
     pub async fn is_serving(&self, i: usize) -> bool {
         self.status(i).await.is_some_and(|s| s["serving"] == true)
+    }
+
+    /// A `POST` of the JSON `body` to node `i`'s admin `path` (a membership
+    /// change; up to 60 s): the answer's body, or an error with its status.
+    pub async fn admin_post(&self, i: usize, path: &str, body: String) -> anyhow::Result<String> {
+        let (port, p) = (self.nodes[i].admin, path.to_owned());
+        let answer = tokio::task::spawn_blocking(move || {
+            ticketing_testkit::http_post_json(port, &p, &body, Duration::from_secs(60))
+        })
+        .await?;
+        match answer {
+            Some((200, body)) => Ok(body),
+            Some((code, body)) => anyhow::bail!("node {i} {path}: {code} {}", body.trim()),
+            None => anyhow::bail!("node {i} {path}: no answer"),
+        }
     }
 
     /// Kills every node.

@@ -81,6 +81,11 @@ pub enum Nemesis {
     ClientFlakyKillFollower,
     /// Two at once (durable): flaky client links while the leader loses power.
     ClientFlakyPowerLossLeader,
+    /// 5 nodes: two voters (the leader among them every other time) removed
+    /// through the leader's admin port (5 → 3), stopped, started again as
+    /// new nodes (a new NodeId; durable: an empty data dir) and added back
+    /// (3 → 5), all under load.
+    ShrinkGrow,
     /// Memory mode: `kill -9` of every node, then a new domain bootstrapped
     /// with a start grace longer than any lease in flight: no double grant
     /// across the rebuild.
@@ -131,6 +136,9 @@ impl Nemesis {
                 .collect(),
             (_, false) => Nemesis::ALL.iter().copied().chain([Nemesis::Rebuild]).collect(),
         }
+        .into_iter()
+        .chain((nodes == 5).then_some(Nemesis::ShrinkGrow))
+        .collect()
     }
 
     /// Its name in the history and the table.
@@ -160,6 +168,7 @@ impl Nemesis {
             Nemesis::ClientFlakyKillFollower => "client-flaky+kill-follower",
             Nemesis::ClientFlakyPowerLossLeader => "client-flaky+power-loss-leader",
             Nemesis::Rebuild => "rebuild",
+            Nemesis::ShrinkGrow => "shrink-grow",
         }
     }
 
@@ -171,6 +180,7 @@ impl Nemesis {
                 Nemesis::RestartAll,
                 Nemesis::RestartStandalone,
                 Nemesis::Rebuild,
+                Nemesis::ShrinkGrow,
                 Nemesis::PowerLossAll,
                 Nemesis::PowerLossLeader,
                 Nemesis::PowerLossMinority,
@@ -390,7 +400,48 @@ impl World {
                 self.power_loss(followers, false).await
             }
             Nemesis::Rebuild => self.rebuild().await,
+            Nemesis::ShrinkGrow => self.shrink_grow().await,
         }
+    }
+
+    /// [`Nemesis::ShrinkGrow`]: healed once the 3 that stay serve again
+    /// (a removed leader steps down); done once all 5 are voters again.
+    async fn shrink_grow(&mut self) -> anyhow::Result<Done> {
+        let n = self.cluster.nodes.len();
+        let l = self.leader().await?;
+        let mut others: Vec<usize> = (0..n).filter(|&i| i != l).collect();
+        self.rng.shuffle(&mut others);
+        let victims = if self.rng.index(2) == 0 { vec![l, others[0]] } else { vec![others[0], others[1]] };
+        let peers: Vec<String> = victims.iter().map(|&i| self.cluster.net.addrs[i].to_string()).collect();
+        let t = Instant::now();
+        let body = serde_json::json!({ "nodes": peers }).to_string();
+        self.cluster.admin_post(l, "/cluster/remove", body).await?;
+        let removed = t.elapsed().as_millis();
+        for &i in &victims {
+            self.cluster.stop(i).await;
+            self.cluster.nodes[i].generation += 1;
+        }
+        let l2 = self.leader().await?;
+        let heal = mono_ns();
+        for &i in &victims {
+            self.cluster.start(i, false)?;
+        }
+        let body = serde_json::json!({ "peers": peers }).to_string();
+        let t2 = Instant::now();
+        self.cluster.admin_post(l2, "/cluster/add", body).await?;
+        for &i in &victims {
+            if !self.cluster.wait_voter(i, Duration::from_secs(40)).await {
+                anyhow::bail!("node {i} added back but not a voter within 40 s");
+            }
+        }
+        Ok(Done {
+            heal,
+            detail: format!(
+                "nodes {victims:?} removed (leader was {l}) in {removed} ms, node {l2} serving; added back as new \
+                 nodes in {} ms",
+                t2.elapsed().as_millis()
+            ),
+        })
     }
 
     /// Memory mode: `kill -9` of every node (the domain is dead), then every

@@ -422,6 +422,9 @@ pub async fn on_join(node: &Arc<Node>, req: JoinRequest) -> JoinAnswer {
 /// How long a membership change may take, each step (a new node catching
 /// up as a learner; the joint and the final configuration committed).
 const CHANGE_STEP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a node to be added may take to answer at all (it may have just
+/// started).
+const NEW_NODE_PATIENCE: Duration = Duration::from_secs(10);
 /// How long a node may take to answer the liveness probe of a change.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -449,11 +452,7 @@ pub async fn grow(node: &Node, pool: &Pool, add: &[String]) -> Result<(), String
         if let Some((id, _)) = membership.nodes().find(|(id, n)| n.peer == *addr && voters.contains(id)) {
             return Err(format!("{addr} is already the peer address of voter {id}"));
         }
-        let s = match pool.call(addr, None, Body::StatusReq, PROBE_TIMEOUT).await {
-            Ok(Body::StatusResp(s)) => s,
-            Ok(_) => return Err(format!("{addr}: unexpected answer")),
-            Err(e) => return Err(format!("{addr}: {e}: start the new node first (without --bootstrap)")),
-        };
+        let s = new_node_status(pool, addr).await?;
         if voters.contains(&s.node_id) || joining.values().any(|(id, _): &(NodeId, NodeInfo)| *id == s.node_id) {
             return Err(format!("{addr} is node {}, already a member", s.node_id));
         }
@@ -489,6 +488,22 @@ pub async fn grow(node: &Node, pool: &Pool, add: &[String]) -> Result<(), String
     change(raft, ChangeMembers::AddVoterIds(ids)).await?;
     info!("grow: the cluster has 5 voters");
     Ok(())
+}
+
+/// The status of a node about to be added, asked until it answers (a node
+/// just started may not listen yet) for up to [`NEW_NODE_PATIENCE`].
+async fn new_node_status(pool: &Pool, addr: &str) -> Result<PeerStatus, String> {
+    let deadline = Instant::now() + NEW_NODE_PATIENCE;
+    loop {
+        match pool.call(addr, None, Body::StatusReq, PROBE_TIMEOUT).await {
+            Ok(Body::StatusResp(s)) => return Ok(s),
+            Ok(_) => return Err(format!("{addr}: unexpected answer")),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(format!("{addr}: {e}: start the new node first (without --bootstrap)"))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
 }
 
 /// Shrinks the voters 5 → 3, removing the two voters `remove` names (a
