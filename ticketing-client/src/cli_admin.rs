@@ -67,6 +67,20 @@ async fn request(
     tls: Option<&Arc<rustls::ClientConfig>>,
     limit: Duration,
 ) -> Result<(u16, String), String> {
+    let (code, body) = request_bytes(admin, method, path, body, token, tls, limit).await?;
+    Ok((code, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// [`request`] with the body as bytes (a backup).
+async fn request_bytes(
+    admin: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    token: Option<&str>,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    limit: Duration,
+) -> Result<(u16, Vec<u8>), String> {
     let exchange = async {
         let mut s = connect(admin, tls).await?;
         let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
@@ -85,14 +99,15 @@ async fn request(
                 return Err(format!("{admin}: {e}"));
             }
         }
-        let text = String::from_utf8_lossy(&out).into_owned();
-        let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| format!("{admin}: not an HTTP answer"))?;
+        let end =
+            out.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| format!("{admin}: not an HTTP answer"))?;
+        let head = String::from_utf8_lossy(&out[..end]);
         let code = head
             .split(' ')
             .nth(1)
             .and_then(|c| c.parse().ok())
             .ok_or_else(|| format!("{admin}: not an HTTP answer"))?;
-        Ok((code, body.to_owned()))
+        Ok((code, out[end + 4..].to_vec()))
     };
     tokio::time::timeout(limit, exchange)
         .await
@@ -241,6 +256,67 @@ pub async fn cluster(
         400 | 409 => Err(Failure::Refused(error())),
         _ => Err(Failure::Unavailable(format!("{admin}: answer {code}: {}", error()))),
     }
+}
+
+/// How long taking a backup may take (a large state is written whole).
+const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The first line of a backup file (as the server writes it).
+const BACKUP_MAGIC: &[u8] = b"TICKETING-BACKUP 1\n";
+
+/// `GET /snapshot` from the leader (a follower's pointer followed once),
+/// checked (its header, length and SHA-256): the backup file's bytes and
+/// its header.
+pub async fn snapshot(
+    admin: &str,
+    token: Option<&str>,
+    tls: Option<&Arc<rustls::ClientConfig>>,
+) -> Result<(Vec<u8>, Value), Failure> {
+    let mut at = admin.to_owned();
+    for _ in 0..2 {
+        let (code, body) = request_bytes(&at, "GET", "/snapshot", None, token, tls, SNAPSHOT_TIMEOUT)
+            .await
+            .map_err(Failure::Unavailable)?;
+        if code == 401 {
+            let why =
+                if token.is_some() { "refused the admin token" } else { "needs an admin token (--admin-token-file)" };
+            return Err(Failure::AuthFailed(format!("{at} {why}")));
+        }
+        if code == 200 {
+            let header = check_backup(&body).map_err(|e| Failure::Unavailable(format!("{at}: {e}")))?;
+            return Ok((body, header));
+        }
+        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        match (code, v["leader_admin"].as_str()) {
+            (503, Some(next)) if next != at => at = next.to_owned(),
+            _ => {
+                let why = v["error"].as_str().map(str::to_owned).unwrap_or_else(|| format!("answer {code}"));
+                return Err(if code == 404 {
+                    Failure::Usage(why)
+                } else {
+                    Failure::Unavailable(format!("{at}: {why}"))
+                });
+            }
+        }
+    }
+    Err(Failure::Unavailable(format!("{admin}: the leader moved while asking")))
+}
+
+/// A backup's header, once its length and SHA-256 check.
+fn check_backup(file: &[u8]) -> Result<Value, String> {
+    use sha2::Digest;
+    let rest = file.strip_prefix(BACKUP_MAGIC).ok_or("the answer is not a Ticketing backup")?;
+    let end = rest.iter().position(|&b| b == b'\n').ok_or("the backup has no header line")?;
+    let header: Value = serde_json::from_slice(&rest[..end]).map_err(|e| format!("the backup's header: {e}"))?;
+    let data = &rest[end + 1..];
+    if header["bytes"].as_u64() != Some(data.len() as u64) {
+        return Err(format!("the backup has {} bytes of snapshot, its header says {}", data.len(), header["bytes"]));
+    }
+    let digest: String = sha2::Sha256::digest(data).iter().map(|b| format!("{b:02x}")).collect();
+    if header["sha256"].as_str() != Some(digest.as_str()) {
+        return Err("the backup's SHA-256 does not match its header".into());
+    }
+    Ok(header)
 }
 
 /// The members as a table: NodeId, role (voter/learner, the leader

@@ -398,6 +398,39 @@ async fn cluster_add_asks_the_leader_and_a_refusal_is_exit_82() {
     assert_eq!(ticketing(&["cluster", "add", "a:1", "b:1", "c:1", "--admin", &refusing], &[]).await.code, Some(64));
 }
 
+#[tokio::test]
+async fn snapshot_save_writes_a_checked_backup_from_the_leader() {
+    use sha2::Digest;
+    let data = "TKLS-snapshot-bytes";
+    let digest: String = sha2::Sha256::digest(data.as_bytes()).iter().map(|b| format!("{b:02x}")).collect();
+    let header = format!(
+        r#"{{"domain":"d0","applied_index":9,"last_token":77,"domain_time_ms":5,"held_keys":1,"longest_lease_ms":3000,"created_unix_ms":1,"bytes":{},"sha256":"{digest}"}}"#,
+        data.len()
+    );
+    let backup = format!("TICKETING-BACKUP 1\n{header}\n{data}");
+    let (leader, paths) = fake_admin("200 OK", backup.clone()).await;
+    let follower_body = format!(r#"{{"error":"not the leader","leader":"127.0.0.1:5225","leader_admin":"{leader}"}}"#);
+    let (follower, _) = fake_admin("503 Service Unavailable", follower_body).await;
+    let out = scratch("backup");
+    let r = ticketing(&["snapshot", "save", out.to_str().unwrap(), "--admin", &follower], &[]).await;
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(paths.lock().unwrap().as_slice(), ["/snapshot"]);
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), backup);
+    assert!(r.stdout.contains("applied index 9, 1 held keys, token high-water 77"), "{}", r.stdout);
+
+    // A damaged answer is refused and nothing is written.
+    let (bad, _) =
+        fake_admin("200 OK", backup.replace("bytes", "bytez").replace("TKLS-snapshot", "TKLS-snapsh0t")).await;
+    let out2 = scratch("backup-bad");
+    let r = ticketing(&["snapshot", "save", out2.to_str().unwrap(), "--admin", &bad], &[]).await;
+    assert_eq!(r.code, Some(69), "{}", r.stderr);
+    assert!(!out2.exists(), "nothing written");
+    let (standalone, _) =
+        fake_admin("404 Not Found", r#"{"error":"a standalone server has no cluster snapshot"}"#.into()).await;
+    let r = ticketing(&["snapshot", "save", out2.to_str().unwrap(), "--admin", &standalone], &[]).await;
+    assert_eq!(r.code, Some(64), "{}", r.stderr);
+}
+
 /// S → G (slot 1), K → A, R → R.
 fn granting_grants(token: u64) -> Behavior {
     Behavior::script(move |r| match r.op() {

@@ -180,6 +180,17 @@ pub enum Command {
         /// Proposer's domain time, ms.
         dt: u64,
     },
+    /// The first command of a domain restored from a backup
+    /// (docs/operating.md, "Backup and disaster recovery"): an empty state
+    /// becomes the snapshot's holders and token counter, its domain time
+    /// moved to `dt` (each lease keeps what it had left). A no-op on a state
+    /// that holds anything.
+    Restore {
+        /// The lock-state snapshot (docs/cluster-protocol.md, "Snapshots").
+        state: Vec<u8>,
+        /// Proposer's domain time, ms.
+        dt: u64,
+    },
 }
 
 impl Command {
@@ -198,7 +209,7 @@ impl Command {
                 }
                 out
             }
-            Command::Tick { .. } => Vec::new(),
+            Command::Tick { .. } | Command::Restore { .. } => Vec::new(),
         }
     }
 
@@ -209,7 +220,8 @@ impl Command {
             | Command::GrantShared { dt, .. }
             | Command::GrantAll { dt, .. }
             | Command::Free { dt, .. }
-            | Command::Tick { dt } => *dt,
+            | Command::Tick { dt }
+            | Command::Restore { dt, .. } => *dt,
         }
     }
 }
@@ -455,6 +467,16 @@ impl LockState {
         self.dt = self.dt.max(cmd.dt());
         match cmd {
             Command::Tick { .. } => Applied::Ticked,
+            Command::Restore { state, dt } => {
+                if self.held_count() == 0 {
+                    if let Ok(mut restored) = LockState::restored(state, *dt) {
+                        restored.last_token = restored.last_token.max(self.last_token);
+                        restored.dt = restored.dt.max(self.dt);
+                        *self = restored;
+                    }
+                }
+                Applied::Ticked
+            }
             Command::Grant { key, owner, lease_s, micros, dt } => {
                 match self.try_grant(key, owner, *lease_s, &GrantKind::Exclusive, *micros, *dt) {
                     Ok(i) => Applied::Granted(i.token),

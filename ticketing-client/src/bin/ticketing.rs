@@ -6,10 +6,11 @@
 //! ticketing [--addr HOST:PORT]... [--token-file F] [--tls MODE] [--tls-client-cert F --tls-client-key F] ping [--timeout S]
 //! ticketing locks KEY --admin HOST:PORT [--admin-token-file F] [--admin-ca F]
 //! ticketing cluster list|add PEER PEER|remove NODE NODE --admin HOST:PORT [--admin-token-file F] [--admin-ca F]
+//! ticketing snapshot save FILE --admin HOST:PORT [--admin-token-file F] [--admin-ca F]
 //! ```
 //!
 //! Exit codes (also in `docs/client.md`): CMD's own status once it ran, else
-//! 64 usage / invalid argument, 69 unavailable, 70 internal, 75 not granted
+//! 64 usage / invalid argument, 69 unavailable, 70 internal, 73 cannot write the backup file, 75 not granted
 //! within `--wait` (`T`), 76 busy (`B`), 77 indeterminate, 78 insufficient
 //! time, 79 the lease ran out while CMD ran (CMD got SIGTERM), 80 auth failed,
 //! 81 forbidden, 82 a membership change refused, 126 CMD could not be run, 127 CMD not found.
@@ -42,6 +43,7 @@ mod code {
     pub const AUTH_FAILED: u8 = 80;
     pub const FORBIDDEN: u8 = 81;
     pub const REFUSED: u8 = 82;
+    pub const CANNOT_WRITE: u8 = 73;
     pub const CANNOT_RUN: u8 = 126;
     pub const NOT_FOUND: u8 = 127;
 }
@@ -95,6 +97,26 @@ enum Command {
     /// the nodes at two peer addresses (`add`), shrink 5 → 3 without two nodes (`remove`, NodeIds or peer
     /// addresses).
     Cluster(ClusterArgs),
+    /// Backups: `save FILE` writes a checked backup of the leader's lock state (one log index, its domain and
+    /// token high-water) for `ticketing-server --restore FILE`.
+    Snapshot(SnapshotArgs),
+}
+
+#[derive(Debug, Args)]
+struct SnapshotArgs {
+    #[command(subcommand)]
+    action: SnapshotAction,
+}
+
+#[derive(Debug, Subcommand)]
+enum SnapshotAction {
+    /// Write a backup of the leader's lock state to FILE (atomically: FILE appears whole or not at all).
+    Save {
+        /// Where to write it.
+        file: PathBuf,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -259,6 +281,38 @@ async fn cluster(args: &ClusterArgs) -> u8 {
     }
 }
 
+/// `ticketing snapshot save FILE`.
+async fn snapshot(args: &SnapshotArgs) -> u8 {
+    let SnapshotAction::Save { file, admin: at } = &args.action;
+    let (token, tls) = match admin_access(at) {
+        Ok(a) => a,
+        Err(c) => return c,
+    };
+    let (bytes, header) = match admin::snapshot(&at.admin, token.as_deref(), tls.as_ref()).await {
+        Ok(b) => b,
+        Err(f) => return admin_failure("snapshot save", f),
+    };
+    let tmp = file.with_extension("partial");
+    let written = std::fs::write(&tmp, &bytes)
+        .and_then(|()| std::fs::File::open(&tmp)?.sync_all())
+        .and_then(|()| std::fs::rename(&tmp, file));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        eprintln!("ticketing: snapshot save: cannot write {}: {e}", file.display());
+        return code::CANNOT_WRITE;
+    }
+    println!(
+        "saved {}: domain {}, applied index {}, {} held keys, token high-water {}, longest lease left {} ms",
+        file.display(),
+        header["domain"].as_str().unwrap_or("?"),
+        header["applied_index"],
+        header["held_keys"],
+        header["last_token"],
+        header["longest_lease_ms"],
+    );
+    code::OK
+}
+
 fn seconds(name: &str, v: f64) -> Result<Duration, u8> {
     Duration::try_from_secs_f64(v).map_err(|_| usage(format!("--{name} must be a finite number of seconds >= 0")))
 }
@@ -267,6 +321,7 @@ async fn run(cli: Cli) -> u8 {
     match &cli.command {
         Command::Locks(args) => return locks(args).await,
         Command::Cluster(args) => return cluster(args).await,
+        Command::Snapshot(args) => return snapshot(args).await,
         Command::Lock(_) | Command::Ping(_) => {}
     }
     let builder = match builder(&cli) {
@@ -278,7 +333,7 @@ async fn run(cli: Cli) -> u8 {
     // the lock, not at the socket; `ping` measures the connection itself.
     let broker = match cli.command {
         Command::Lock(_) => builder.connect().await,
-        Command::Ping(_) | Command::Locks(_) | Command::Cluster(_) => builder.build(),
+        Command::Ping(_) | Command::Locks(_) | Command::Cluster(_) | Command::Snapshot(_) => builder.build(),
     };
     let broker = match broker {
         Ok(b) => b,
@@ -287,7 +342,7 @@ async fn run(cli: Cli) -> u8 {
     let status = match cli.command {
         Command::Lock(args) => lock(&broker, args).await,
         Command::Ping(args) => ping(&broker, args).await,
-        Command::Locks(_) | Command::Cluster(_) => code::INTERNAL, // answered above
+        Command::Locks(_) | Command::Cluster(_) | Command::Snapshot(_) => code::INTERNAL, // answered above
     };
     broker.close().await;
     status

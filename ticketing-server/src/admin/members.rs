@@ -2,7 +2,8 @@
 //! cluster"): `GET /cluster` lists the members, `POST /cluster/add`
 //! (`{"peers": [A, B]}`) grows the voters 3 → 5, `POST /cluster/remove`
 //! (`{"nodes": [N, M]}`, NodeIds or peer addresses) shrinks them 5 → 3.
-//! Only the serving leader changes the membership; a follower answers
+//! `GET /snapshot` is a backup of the leader's lock state. Only the serving
+//! leader changes the membership or takes a backup; a follower answers
 //! `503` with the leader's admin address, like `/locks/<key>`.
 
 use super::{error, not_serving, AdminState};
@@ -21,7 +22,37 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(45);
 
 /// The routes (behind the admin token).
 pub fn routes() -> Router<AdminState> {
-    Router::new().route("/cluster", get(list)).route("/cluster/add", post(add)).route("/cluster/remove", post(remove))
+    Router::new()
+        .route("/cluster", get(list))
+        .route("/cluster/add", post(add))
+        .route("/cluster/remove", post(remove))
+        .route("/snapshot", get(snapshot))
+}
+
+/// `GET /snapshot`: a backup of the leader's applied lock state
+/// (docs/operating.md, "Backup and disaster recovery"); a follower answers
+/// `503` with the leader's admin address.
+async fn snapshot(State(s): State<AdminState>) -> Response {
+    let Some(c) = s.cluster.clone() else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "a standalone server has no cluster snapshot: copy its stopped data dir".into(),
+        );
+    };
+    if let Some(r) = not_serving(&s) {
+        return r;
+    }
+    match c.backup().await {
+        Some(file) => (
+            [
+                (axum::http::header::CONTENT_TYPE, "application/octet-stream"),
+                (axum::http::header::CONTENT_DISPOSITION, "attachment; filename=\"ticketing.backup\""),
+            ],
+            file,
+        )
+            .into_response(),
+        None => error(StatusCode::SERVICE_UNAVAILABLE, "not in a domain".into()),
+    }
 }
 
 #[derive(Deserialize)]

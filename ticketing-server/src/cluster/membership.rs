@@ -571,3 +571,47 @@ async fn change(raft: &super::types::Raft, members: ChangeMembers<NodeId, NodeIn
 pub const NOT_LEADER: &str = "not the leader";
 /// The refusal of a change while another one runs.
 pub const BUSY: &str = "another membership change is running: try again when it is done";
+
+/// How long a restoring node waits to lead its new domain and commit the
+/// backup.
+const RESTORE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `--restore` after a bootstrap (docs/operating.md, "Backup and disaster
+/// recovery"): once this node leads the new domain, the backup's state is
+/// committed as the domain's first command; the node serves only then.
+pub async fn restore(node: &Node, sm: &super::store::StateMachine, r: &crate::config::Restore) -> Result<(), String> {
+    let raft = node.raft.get().ok_or("raft is not running")?;
+    let deadline = Instant::now() + RESTORE_TIMEOUT;
+    loop {
+        let m = raft.metrics().borrow().clone();
+        let leads = m.state == ServerState::Leader && m.current_leader == Some(node.id);
+        if leads && m.last_applied.is_some_and(|l| l.leader_id.get_term() == m.current_term) {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("this node did not lead the new domain within {}s", RESTORE_TIMEOUT.as_secs()));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let dt = sm.with_locks(|s| s.domain_time());
+    let cmd = crate::locks::Command::Restore { state: r.data.clone(), dt };
+    match tokio::time::timeout(RESTORE_TIMEOUT, raft.client_write(super::types::Batch(vec![cmd]))).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => return Err(format!("committing the backup failed: {e}")),
+        Err(_) => return Err("committing the backup timed out".into()),
+    }
+    let (held, last) = sm.with_locks(|s| (s.held_count(), s.last_token()));
+    if held != r.header.held_keys || last < r.header.last_token {
+        return Err(format!("the restored state holds {held} keys, the backup {}", r.header.held_keys));
+    }
+    node.restoring.store(false, std::sync::atomic::Ordering::Release);
+    info!(
+        file = %r.path.display(),
+        from_domain = %r.header.domain,
+        applied_index = r.header.applied_index,
+        held_keys = held,
+        token_high_water = last,
+        "restored the backup into the new domain; new tokens are above its high-water"
+    );
+    Ok(())
+}

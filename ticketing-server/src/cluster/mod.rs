@@ -66,6 +66,8 @@ pub struct ClusterConfig {
     pub peers: Vec<String>,
     /// Create a new fencing domain.
     pub bootstrap: bool,
+    /// `--restore`: the backup a new domain starts from.
+    pub restore: Option<Arc<crate::config::Restore>>,
     /// The peer tokens (the first is sent, any is accepted), replaced on
     /// reload. None: the peers authenticate by mutual TLS alone, or (with
     /// `unauthenticated_peers`) not at all.
@@ -106,6 +108,7 @@ impl ClusterConfig {
             peer_listen: cfg.peer_listen.clone().unwrap_or_default(),
             peers: cfg.peers.clone(),
             bootstrap: cfg.bootstrap,
+            restore: cfg.restore.clone(),
             peer_tokens: material.peer_tokens.clone(),
             peer_tls: material.peer_tls.clone(),
             unauthenticated_peers: cfg.insecure_unauthenticated_peers,
@@ -155,6 +158,8 @@ pub enum ClusterError {
     BootstrapRefused(membership::BootstrapRefusal),
     /// The data dir cannot be used (durable mode).
     DataDir(DataDirError),
+    /// `--restore` could not build the new domain (the reason).
+    RestoreRefused(String),
     /// Neither a peer token nor peer mutual TLS, without the explicit opt-out.
     PeerAuthMissing,
 }
@@ -168,6 +173,7 @@ impl fmt::Display for ClusterError {
             ClusterError::RaftStart(e) => write!(f, "cannot start Raft: {e}"),
             ClusterError::BootstrapRefused(why) => write!(f, "bootstrap refused: {why}"),
             ClusterError::DataDir(e) => e.fmt(f),
+            ClusterError::RestoreRefused(why) => write!(f, "restore refused: {why}"),
             ClusterError::PeerAuthMissing => f.write_str(crate::config::PEER_AUTH_MISSING),
         }
     }
@@ -181,7 +187,7 @@ impl std::error::Error for ClusterError {
             ClusterError::RaftStart(e) => Some(e),
             ClusterError::BootstrapRefused(e) => Some(e),
             ClusterError::DataDir(e) => Some(e),
-            ClusterError::PeerCount(_) | ClusterError::PeerAuthMissing => None,
+            ClusterError::PeerCount(_) | ClusterError::PeerAuthMissing | ClusterError::RestoreRefused(_) => None,
         }
     }
 }
@@ -212,6 +218,9 @@ pub struct Node {
     /// The Raft instance (set once at start).
     pub raft: OnceLock<Raft>,
     serving: AtomicBool,
+    /// Set while a `--restore` is not yet committed: the node does not
+    /// serve (docs/operating.md, "Backup and disaster recovery").
+    pub restoring: AtomicBool,
     /// Held while a learner replacement runs (one at a time).
     pub replacing: Arc<tokio::sync::Mutex<()>>,
     /// Durable mode: where the identity (NodeId, domain) is kept.
@@ -378,7 +387,7 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
         commit_seconds: cfg.commit_seconds.clone(),
     });
     tokio::spawn(publish_leadership(replicator.clone(), Duration::from_millis(cfg.election_timeout_max_ms)));
-    let failed = spawn_membership(&cfg, node, pool);
+    let failed = spawn_membership(&cfg, node, pool, replicator.sm.clone());
     Ok(Started { replicator, failed })
 }
 
@@ -406,6 +415,7 @@ fn new_node(cfg: &ClusterConfig) -> Arc<Node> {
         domain: Mutex::new(domain),
         raft: OnceLock::new(),
         serving: AtomicBool::new(false),
+        restoring: AtomicBool::new(cfg.restore.is_some()),
         replacing: Arc::new(tokio::sync::Mutex::new(())),
         data: cfg.data.clone(),
         hurry: Arc::new(election::Hurry::new(cfg.hurried_campaigns.clone())),
@@ -471,21 +481,45 @@ async fn start_raft(
 
 /// Bootstrap (with `--bootstrap`, on a node of no domain yet) or the join
 /// loop; the receiver resolves with a refused bootstrap.
-fn spawn_membership(cfg: &ClusterConfig, node: Arc<Node>, pool: Arc<peer::Pool>) -> oneshot::Receiver<ClusterError> {
+fn spawn_membership(
+    cfg: &ClusterConfig,
+    node: Arc<Node>,
+    pool: Arc<peer::Pool>,
+    sm: store::StateMachine,
+) -> oneshot::Receiver<ClusterError> {
     let (failed_tx, failed) = oneshot::channel();
+    if cfg.restore.is_some() && node.domain().is_some() {
+        // The restored node restarted with its first command line: its DIR
+        // holds the (restored) domain.
+        warn!(domain = ?node.domain().map(|d| d.to_string()), "--restore ignored: the data dir holds a domain");
+        node.restoring.store(false, Ordering::Release);
+    }
     if cfg.bootstrap && node.domain().is_some() {
         // A durable node restarted with its first command line: its DIR
         // holds the domain, so it rejoins it instead of creating one.
         info!(domain = ?node.domain().map(|d| d.to_string()), "--bootstrap ignored: the data dir holds a domain");
     }
+    let restore = cfg.restore.clone();
     if cfg.bootstrap && node.domain().is_none() {
         tokio::spawn(async move {
             match membership::bootstrap(node.clone(), pool.clone()).await {
-                Ok(()) => {}
+                Ok(()) => {
+                    if let Some(r) = restore {
+                        if let Err(why) = membership::restore(&node, &sm, &r).await {
+                            error!(error = %why, "restore failed");
+                            let _ = failed_tx.send(ClusterError::RestoreRefused(why));
+                        }
+                    }
+                }
                 // A domain is alive at the peers (a node restarted by its
-                // supervisor with its first command line): join it.
+                // supervisor with its first command line): join it; a
+                // --restore is for a new domain only.
                 Err(why @ (BootstrapRefusal::PeerInDomain { .. } | BootstrapRefusal::PeerInitialized { .. })) => {
                     warn!(reason = %why, "--bootstrap: a fencing domain is alive at the peers; joining it instead");
+                    if restore.is_some() {
+                        warn!("--restore ignored: a domain is alive at the peers");
+                        node.restoring.store(false, Ordering::Release);
+                    }
                     membership::join_loop(node, pool).await;
                 }
                 Err(why) => {

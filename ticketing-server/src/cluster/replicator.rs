@@ -102,6 +102,23 @@ impl ClusterReplicator {
         membership::shrink(&self.node, &self.pool, nodes).await
     }
 
+    /// A backup of the applied lock state (docs/operating.md, "Backup and
+    /// disaster recovery"), or `None` outside a domain. Built off the async
+    /// threads.
+    pub async fn backup(&self) -> Option<Vec<u8>> {
+        let domain = self.node.domain()?.to_string();
+        let sm = self.sm.clone();
+        tokio::task::spawn_blocking(move || {
+            let (index, state) = sm.applied_locks();
+            let created = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            crate::backup::encode(&domain, index, &state, &state.to_snapshot(), created)
+        })
+        .await
+        .ok()
+    }
+
     /// The cluster state for `/status` and `/metrics`.
     pub async fn status(&self) -> ClusterStatus {
         let m = self.raft.metrics().borrow().clone();
@@ -174,7 +191,8 @@ pub(super) async fn publish_leadership(rep: Arc<ClusterReplicator>, quorum_limit
         // A new leader serves once it has applied an entry of its own term
         // (its blank entry): everything before is applied too.
         let caught_up = m.last_applied.is_some_and(|l| l.leader_id.get_term() == m.current_term);
-        let serving = active && is_leader && quorum_ok && caught_up;
+        let restoring = rep.node.restoring.load(Ordering::Acquire);
+        let serving = active && is_leader && quorum_ok && caught_up && !restoring;
         let leader = if serving {
             Addr::new(rep.node.client_addr.clone()).ok()
         } else if is_leader || !active {

@@ -220,6 +220,13 @@ impl StateMachine {
         Ok(sm)
     }
 
+    /// A copy of the applied lock state with the index of the last entry
+    /// it applied, read at one moment (a backup's consistent cut).
+    pub fn applied_locks(&self) -> (u64, LockState) {
+        let inner = lock_async(&self.inner);
+        (inner.last_applied.map_or(0, |l| l.index), inner.locks.clone())
+    }
+
     /// A copy of the applied lock state.
     pub fn locks(&self) -> LockState {
         lock_async(&self.inner).locks.clone()

@@ -21,6 +21,7 @@
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 use ticketing_proto::auth::Secret;
 use ticketing_proto::limits::{HANDSHAKE_TIMEOUT, MAX_PENDING_PER_CONN};
@@ -184,6 +185,8 @@ pub struct Config {
     pub peers: Vec<String>,
     /// Create a new fencing domain.
     pub bootstrap: bool,
+    /// `--restore`: the backup the new domain starts from (checked at start).
+    pub restore: Option<Arc<Restore>>,
     /// Durable mode's directory (docs/deployment.md, "Durability"); `None` = memory mode.
     pub data_dir: Option<PathBuf>,
     /// Accepted client tokens (empty = auth off).
@@ -256,6 +259,7 @@ impl Default for Config {
             peer_listen: None,
             peers: Vec::new(),
             bootstrap: false,
+            restore: None,
             data_dir: None,
             client_tokens: Vec::new(),
             client_tokens_file: None,
@@ -317,4 +321,16 @@ fn is_loopback_addr(addr: &str) -> bool {
     let host = host.trim_start_matches('[').trim_end_matches(']');
     host.eq_ignore_ascii_case("localhost")
         || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.to_canonical().is_loopback())
+}
+
+/// A backup to restore (`--restore`): its header and lock-state snapshot,
+/// checked (docs/operating.md, "Backup and disaster recovery").
+#[derive(Debug)]
+pub struct Restore {
+    /// The file.
+    pub path: PathBuf,
+    /// What the backup says about itself.
+    pub header: crate::backup::Header,
+    /// The snapshot.
+    pub data: Vec<u8>,
 }

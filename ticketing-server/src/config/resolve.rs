@@ -85,6 +85,7 @@ fn resolve_limits(cli: &Cli) -> Result<Limits, ConfigError> {
         tick_ms: cli.tick_ms.unwrap_or(dl.tick_ms),
         start_grace: start_grace(cli.start_grace)?,
     };
+
     if !(10..=60_000).contains(&limits.tick_ms) {
         return Err(invalid("--tick-ms", format!("must be in 10-60000 ms, got {}", limits.tick_ms)));
     }
@@ -253,7 +254,22 @@ impl Config {
         let cli = cli.with_file()?;
         let d = Config::default();
         check_tls_options(&cli)?;
-        let limits = resolve_limits(&cli)?;
+        let mut limits = resolve_limits(&cli)?;
+        let restore = match &cli.restore {
+            None => None,
+            Some(_) if !cli.bootstrap => {
+                return Err(invalid("--restore", "builds a new domain: it needs --bootstrap (and --peers)"))
+            }
+            Some(path) => {
+                let (header, data) = crate::backup::read(path).map_err(|e| invalid("--restore", e))?;
+                Some(std::sync::Arc::new(super::Restore { path: path.clone(), header, data }))
+            }
+        };
+        // A restored domain holds back its grants for the backup's longest
+        // lease unless --start-grace says otherwise.
+        if let (Some(r), None) = (&restore, cli.start_grace) {
+            limits.start_grace = Duration::from_millis(r.header.longest_lease_ms);
+        }
         let handshake_timeout = seconds("--handshake-timeout", cli.handshake_timeout, d.handshake_timeout)?;
         let peer_handshake_timeout =
             seconds("--peer-handshake-timeout", cli.peer_handshake_timeout, d.peer_handshake_timeout)?;
@@ -317,6 +333,7 @@ impl Config {
             peer_listen,
             peers,
             bootstrap: cli.bootstrap,
+            restore,
             data_dir,
             client_tokens,
             client_tokens_file: cli.client_tokens_file,

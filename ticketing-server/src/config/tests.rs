@@ -278,3 +278,29 @@ fn memory_mode_without_a_grace_beyond_loopback_is_warned_about_standalone_and_cl
     assert_eq!(warning("0.0.0.0:5225", true, 0, &spread), None, "durable cluster");
     assert_eq!(warning("0.0.0.0:5225", false, 250, &spread), None, "cluster with a grace");
 }
+
+#[test]
+fn a_restore_holds_grants_back_for_the_backups_longest_lease_unless_told_otherwise() {
+    let mut s = crate::locks::LockState::new();
+    let key = ticketing_proto::Key::new("k").unwrap();
+    let owner = ticketing_proto::Owner::new("o").unwrap();
+    s.apply(&crate::locks::Command::Grant { key, owner, lease_s: 90, micros: 1, dt: 1_000 });
+    s.apply(&crate::locks::Command::Tick { dt: 31_000 });
+    let file = crate::backup::encode("00", 7, &s, &s.to_snapshot(), 0);
+    let dir = std::env::temp_dir().join(format!("ticketing-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("restore.backup");
+    std::fs::write(&path, file).unwrap();
+    let p = path.to_str().unwrap();
+    let cluster = ["--peers", "a:1,b:1,c:1", "--peer-listen", "127.0.0.1:1", "--insecure-unauthenticated-peers"];
+    let c = Config::resolve(cli(&[&["--bootstrap", "--restore", p][..], &cluster].concat())).unwrap();
+    assert_eq!(c.limits.start_grace, Duration::from_secs(60), "the 60 s left of the 90 s lease");
+    assert_eq!(c.restore.as_ref().unwrap().header.applied_index, 7);
+    let c =
+        Config::resolve(cli(&[&["--bootstrap", "--restore", p, "--start-grace", "0"][..], &cluster].concat())).unwrap();
+    assert_eq!(c.limits.start_grace, Duration::ZERO);
+    match Config::resolve(cli(&[&["--restore", p][..], &cluster].concat())) {
+        Err(ConfigError::Invalid { setting: "--restore", .. }) => {}
+        other => panic!("{other:?}"),
+    }
+}

@@ -47,6 +47,8 @@ pub const MAX_BATCHES_IN_FLIGHT: usize = 1;
 fn encoded_estimate(cmd: &Command) -> usize {
     let text = match cmd {
         Command::Tick { .. } => 0,
+        // A byte written as a JSON number takes up to 4 characters.
+        Command::Restore { state, .. } => 2 * state.len(),
         Command::Grant { key, owner, .. } | Command::GrantShared { key, owner, .. } => {
             key.as_str().len() + owner.as_str().len()
         }

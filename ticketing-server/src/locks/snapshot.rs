@@ -157,6 +157,36 @@ impl LockState {
     }
 }
 
+impl LockState {
+    /// The state a backup's snapshot `data` restores (docs/operating.md,
+    /// "Backup and disaster recovery"): its holders and token counter, its
+    /// domain time moved to `dt`, each holder's grant moved with it, so that
+    /// every lease keeps the time it had left when the backup was taken
+    /// (a grant older than `dt` allows starts at 0: a little more, never less).
+    pub fn restored(data: &[u8], dt: u64) -> Result<LockState, SnapshotError> {
+        let old = LockState::from_snapshot(data)?;
+        let moved = |granted: u64| granted.saturating_add(dt).saturating_sub(old.dt);
+        let mut state =
+            LockState { last_token: old.last_token, held: Default::default(), counted: Default::default(), dt };
+        for h in old.held.iter() {
+            let key = h.key;
+            let holder = h.to_holder().ok_or_else(|| bad("a holder that does not read back"))?;
+            state.held.insert(key, holder.owner.as_bytes(), holder.token, holder.lease_s, moved(holder.granted_dt));
+        }
+        for (key, holders) in old.counted {
+            let moved_holders = holders.into_iter().map(|h| Holder { granted_dt: moved(h.granted_dt), ..h }).collect();
+            state.counted.insert(key, moved_holders);
+        }
+        Ok(state)
+    }
+
+    /// The longest time (ms of domain time) any holder still has, 0 when
+    /// none holds: how long a restored domain waits before its first grant.
+    pub fn longest_lease_left(&self) -> u64 {
+        self.holders().map(|(_, h)| h.end_dt().saturating_sub(self.dt)).max().unwrap_or(0)
+    }
+}
+
 /// A snapshot copied out of a [`LockState`] but not yet in key order
 /// ([`LockState::snapshot_draft`]); owns its bytes, so it can be finished
 /// on another thread while the state moves on.

@@ -1,7 +1,7 @@
 //! The serialized form of a [`Command`] (a Raft log entry's batch,
 //! docs/cluster-protocol.md "Log entries"): the variants `Grant`,
 //! `Release`, `Expire`, `Tick`, then `GrantShared`, `GrantAll` and
-//! `FreeMany`, in this order (postcard encodes the variant's index). In
+//! `FreeMany`, then `Restore`, in this order (postcard encodes the variant's index). In
 //! memory a release and an expiry are one [`Command::Free`] with a
 //! [`FreeReason`]; on the wire one that hands over to at most one exclusive
 //! waiter stays the `Release`/`Expire` of peer protocol 2, so the encoding —
@@ -38,6 +38,8 @@ pub enum WireCommand {
     GrantAll { keys: Vec<Key>, owner: Owner, lease_s: u8, micros: u64, dt: u64 },
     /// [`Command::Free`] in every other case: several next holders, or a counted or multi-key one.
     FreeMany { reason: FreeReason, key: Key, owner: Owner, token: Token, next: Vec<NextHolder>, micros: u64, dt: u64 },
+    /// [`Command::Restore`].
+    Restore { state: Vec<u8>, dt: u64 },
 }
 
 /// A command as it is serialized (borrowed: what is written, without copies).
@@ -65,6 +67,8 @@ pub enum WireCommandRef<'a> {
         micros: u64,
         dt: u64,
     },
+    /// See [`WireCommand::Restore`].
+    Restore { state: &'a [u8], dt: u64 },
 }
 
 /// `next` in the form `Release`/`Expire` can carry, if it has that form.
@@ -101,6 +105,7 @@ impl<'a> From<&'a Command> for WireCommandRef<'a> {
                 }
             }
             Command::Tick { dt } => WireCommandRef::Tick { dt: *dt },
+            Command::Restore { state, dt } => WireCommandRef::Restore { state, dt: *dt },
         }
     }
 }
@@ -133,6 +138,7 @@ impl From<WireCommand> for Command {
                 Command::Free { reason, key, owner, token, next, micros, dt }
             }
             WireCommand::Tick { dt } => Command::Tick { dt },
+            WireCommand::Restore { state, dt } => Command::Restore { state, dt },
         }
     }
 }
@@ -164,6 +170,18 @@ mod tests {
         }
         let json = serde_json::to_string(&free(FreeReason::Expiry)).unwrap();
         assert_eq!(json, r#"{"Expire":{"key":"k","owner":"o","token":9,"next":null,"micros":1,"dt":2}}"#);
+    }
+
+    /// A restore is variant 7, its state a length and the bytes; every
+    /// earlier variant keeps its index.
+    #[test]
+    fn a_restore_is_variant_seven() {
+        let cmd = Command::Restore { state: vec![0xde, 0xad], dt: 2 };
+        let bytes = vec![7, 2, 0xde, 0xad, 2];
+        assert_eq!(postcard::to_allocvec(&cmd).unwrap(), bytes);
+        assert_eq!(postcard::from_bytes::<Command>(&bytes).unwrap(), cmd);
+        let json = serde_json::to_string(&cmd).unwrap();
+        assert_eq!(serde_json::from_str::<Command>(&json).unwrap(), cmd);
     }
 
     /// The counted and multi-key forms have variants 4, 5 and 6; a hand-over
