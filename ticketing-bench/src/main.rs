@@ -98,6 +98,10 @@ struct Args {
     /// W3 clients.
     #[arg(long, default_value_t = 8)]
     w3_clients: usize,
+    /// W3 (Ticketing): kill the leader this many times in one run, starting the killed node again between
+    /// kills; the report adds the min, median and max time from a kill to the first grant.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
     /// W5 clients on the semaphore of 4 permits.
     #[arg(long, default_value_t = 16)]
     w5_clients: usize,
@@ -259,10 +263,21 @@ impl Ctx {
                 }
                 if ticketing {
                     let (servers, backend) = self.ticketing(Vec::new()).await?;
-                    let servers = Arc::new(std::sync::Mutex::new(servers));
+                    let servers = Arc::new(tokio::sync::Mutex::new(servers));
                     let s2 = servers.clone();
-                    let kill: Killer = Box::new(move |i| s2.lock().unwrap_or_else(|p| p.into_inner()).kill9(i));
-                    let mut r = workloads::w3(system, backend.clone(), c, ks, d.max(W3_MIN), kill).await;
+                    // Never contended: W3 kills and restarts one node at a time.
+                    let kill: Killer = Box::new(move |i| {
+                        if let Ok(mut s) = s2.try_lock() {
+                            s.kill9(i);
+                        }
+                    });
+                    let s3 = servers.clone();
+                    let restart: workloads::Restarter = Box::new(move |i| {
+                        let s = s3.clone();
+                        Box::pin(async move { s.lock().await.restart(i).await })
+                    });
+                    let kills = workloads::Kills { kill, kills: self.args.repeat, restart: Some(restart) };
+                    let mut r = workloads::w3(system, backend.clone(), c, ks, d.max(W3_MIN), kills).await;
                     r.set("failover", format!("{:?}", self.args.failover).to_lowercase());
                     out.push(r);
                     backend.close().await;
@@ -278,7 +293,8 @@ impl Ctx {
                         );
                     });
                     let b = self.peer(c).await?;
-                    out.push(workloads::w3(system, b.clone(), c, ks, d.max(W3_MIN), kill).await);
+                    let kills = workloads::Kills { kill, kills: 1, restart: None };
+                    out.push(workloads::w3(system, b.clone(), c, ks, d.max(W3_MIN), kills).await);
                     b.close().await;
                 }
             }

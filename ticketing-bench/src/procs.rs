@@ -28,6 +28,19 @@ pub struct Node {
 pub struct Servers {
     /// The nodes, in `--peers` order.
     pub nodes: Vec<Node>,
+    /// How each node is started again ([`Servers::restart`]).
+    launch: Launch,
+}
+
+/// What starts a node: the binary, the peer ports, the flags, the run's
+/// directory and (durable mode) where the data dirs are.
+struct Launch {
+    bin: PathBuf,
+    peer_ports: Vec<u16>,
+    extra: Vec<String>,
+    dir: PathBuf,
+    data: Option<PathBuf>,
+    starts: Vec<u32>,
 }
 
 /// The `ticketing-server` next to this binary (both come from the same
@@ -69,32 +82,17 @@ impl Servers {
             nodes.push(Node { client: free_port()?, admin: free_port()?, child: None });
             peer_ports.push(free_port()?);
         }
-        let peers = peer_ports.iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
-        let mut servers = Servers { nodes };
-        for (i, peer_port) in peer_ports.iter().enumerate() {
-            let node = &servers.nodes[i];
-            let log = std::fs::File::create(dir.join(format!("node{i}.log")))?;
-            let spec = ticketing_testkit::NodeArgs {
-                client: node.client,
-                advertise: None,
-                peer: *peer_port,
-                admin: node.admin,
-                peers: if n > 1 { &peers } else { "" },
-                bootstrap: i == 0,
-            };
-            let mut cmd = ticketing_testkit::node_command(bin, &spec, log);
-            // Warnings only, unless TICKETING_BENCH_SERVER_LOG asks for more (an
-            // election's votes are logged at info by openraft).
-            let filter = std::env::var("TICKETING_BENCH_SERVER_LOG").unwrap_or_else(|_| "warn".to_owned());
-            cmd.args(extra).env("RUST_LOG", filter);
-            if let Some(d) = data {
-                cmd.arg("--data-dir").arg(d.join(format!("node{i}-data")));
-            }
-            if n > 1 {
-                cmd.arg("--worker-threads").arg(node_threads(n).to_string());
-            }
-            let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot start {}: {e}", bin.display()))?;
-            servers.nodes[i].child = Some(child);
+        let launch = Launch {
+            bin: bin.to_owned(),
+            peer_ports,
+            extra: extra.to_vec(),
+            dir: dir.to_owned(),
+            data: data.map(Path::to_owned),
+            starts: vec![0; n],
+        };
+        let mut servers = Servers { nodes, launch };
+        for i in 0..n {
+            servers.spawn(i, i == 0)?;
         }
         let end = Instant::now() + Duration::from_secs(30);
         loop {
@@ -154,6 +152,54 @@ impl Servers {
         let Some(s) = status(self.nodes[l].admin).await else { return false };
         let voters = s["members"].as_array().map_or(0, |ms| ms.iter().filter(|m| m["voter"] == true).count());
         voters == self.nodes.len()
+    }
+
+    /// Starts node `i`'s process (node 0 bootstraps at the first start).
+    fn spawn(&mut self, i: usize, bootstrap: bool) -> anyhow::Result<()> {
+        let l = &mut self.launch;
+        let n = l.peer_ports.len();
+        let peers = l.peer_ports.iter().map(|p| format!("127.0.0.1:{p}")).collect::<Vec<_>>().join(",");
+        l.starts[i] += 1;
+        let name = if l.starts[i] == 1 { format!("node{i}.log") } else { format!("node{i}-{}.log", l.starts[i]) };
+        let log = std::fs::File::create(l.dir.join(name))?;
+        let node = &self.nodes[i];
+        let spec = ticketing_testkit::NodeArgs {
+            client: node.client,
+            advertise: None,
+            peer: l.peer_ports[i],
+            admin: node.admin,
+            peers: if n > 1 { &peers } else { "" },
+            bootstrap,
+        };
+        let mut cmd = ticketing_testkit::node_command(&l.bin, &spec, log);
+        // Warnings only, unless TICKETING_BENCH_SERVER_LOG asks for more (an
+        // election's votes are logged at info by openraft).
+        let filter = std::env::var("TICKETING_BENCH_SERVER_LOG").unwrap_or_else(|_| "warn".to_owned());
+        cmd.args(&l.extra).env("RUST_LOG", filter);
+        if let Some(d) = &l.data {
+            cmd.arg("--data-dir").arg(d.join(format!("node{i}-data")));
+        }
+        if n > 1 {
+            cmd.arg("--worker-threads").arg(node_threads(n).to_string());
+        }
+        let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot start {}: {e}", l.bin.display()))?;
+        self.nodes[i].child = Some(child);
+        Ok(())
+    }
+
+    /// Starts the killed node `i` again (memory mode: a new node that
+    /// replaces it; durable: on its data dir) and waits (up to 30 s) until
+    /// a leader serves with every node a voter.
+    pub async fn restart(&mut self, i: usize) -> anyhow::Result<()> {
+        self.spawn(i, false)?;
+        let end = Instant::now() + Duration::from_secs(30);
+        while !self.all_voters().await {
+            if Instant::now() > end {
+                anyhow::bail!("node {i} restarted but not every node a voter within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
     }
 
     /// `kill -9` of node `i` (reaped).

@@ -341,52 +341,107 @@ pub async fn w2(system: &str, backend: Arc<dyn Backend>, clients: usize, duratio
 /// maps indexes to processes. Returns the killed index.
 pub type Killer = Box<dyn FnMut(usize) + Send>;
 
+/// Starts a killed node again and waits until every node is a voter (W3
+/// with several kills).
+pub type Restarter =
+    Box<dyn FnMut(usize) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>> + Send>;
+
+/// How W3 kills: the killer, how many times, and how a killed node comes
+/// back between kills (without one, W3 kills once).
+pub struct Kills {
+    /// Kills node `i`.
+    pub kill: Killer,
+    /// How many kills.
+    pub kills: usize,
+    /// Starts a killed node again.
+    pub restart: Option<Restarter>,
+}
+
+/// W3's time budget per kill when it kills more than once: the failover,
+/// the restart of the killed node and its catch-up.
+pub const W3_ROUND: Duration = Duration::from_secs(6);
+
 /// W3: W1 with `clients` clients on `key_space` shared keys; after a third of the run, `kill -9` of the
 /// leader. Time from the kill to a new leader (as the backend sees it) and
-/// to the first grant of an acquire sent after the kill; Indeterminate
-/// count; duplicate grants (the cross-client check of W1, across the kill).
+/// to the first grant of an acquire sent after the kill. With `restart`,
+/// `kills` times: the killed node is started again and the next kill
+/// waits until every node is a voter; the report adds the min, median and
+/// max of the kill-to-first-grant times.
 pub async fn w3(
     system: &str,
     backend: Arc<dyn Backend>,
     clients: usize,
     key_space: usize,
     duration: Duration,
-    mut kill: Killer,
+    k: Kills,
 ) -> Report {
+    let Kills { mut kill, kills, mut restart } = k;
+    let kills = if restart.is_some() { kills.max(1) } else { 1 };
+    let duration = if kills > 1 { duration.max(W3_ROUND * (kills as u32 + 1)) } else { duration };
     let start = Instant::now();
     let deadline = start + duration;
     let failover = Arc::new(Failover::default());
     let load = tokio::spawn(shared_keys(backend.clone(), clients, key_space, deadline, "w3", Some(failover.clone())));
-    tokio::time::sleep(duration / 3).await;
+    tokio::time::sleep(W3_ROUND.min(duration / 3)).await;
     let mut r = Report::new(system, "W3");
     r.set("clients", clients);
-    let Some(old) = backend.leader().await else {
-        r.set("error", "no_leader_found_before_the_kill");
-        let _ = load.await;
-        return r;
-    };
-    let killed_at = Instant::now();
-    kill(old);
-    *failover.killed_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(killed_at);
-    let mut new_leader = None;
-    while Instant::now() < killed_at + Duration::from_secs(30) {
-        if let Some(l) = backend.leader().await {
-            if l != old {
-                new_leader = Some(killed_at.elapsed());
+    let mut leaders = Vec::new();
+    let mut firsts = Vec::new();
+    for round in 0..kills {
+        let Some(old) = backend.leader().await else {
+            r.set("error", format!("no_leader_found_before_kill_{}", round + 1));
+            break;
+        };
+        *failover.first_grant.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        let killed_at = Instant::now();
+        kill(old);
+        *failover.killed_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(killed_at);
+        let mut new_leader = None;
+        while Instant::now() < killed_at + Duration::from_secs(30) {
+            if let Some(l) = backend.leader().await {
+                if l != old {
+                    new_leader = Some(killed_at.elapsed());
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        leaders.push(new_leader);
+        // The first grant after this kill (the load records it).
+        let wait_until = killed_at + Duration::from_secs(30);
+        let first = loop {
+            let f = *failover.first_grant.lock().unwrap_or_else(|p| p.into_inner());
+            if f.is_some() || Instant::now() > wait_until || Instant::now() > deadline {
+                break f;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        firsts.push(first.map(|f| f - killed_at));
+        if let Some(restart) = restart.as_mut().filter(|_| round + 1 < kills) {
+            if let Err(e) = restart(old).await {
+                r.set("error", format!("restart_after_kill_{}: {e}", round + 1));
                 break;
             }
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let (mut lat, counters, holds) = load.await.unwrap_or_default();
-    let first = *failover.first_grant.lock().unwrap_or_else(|p| p.into_inner());
     let secs = |d: Option<Duration>| d.map_or("none".to_owned(), |d| format!("{:.3}", d.as_secs_f64()));
     r.set("ops_s", format!("{:.0}", counters.pairs.load(Ordering::Relaxed) as f64 / duration.as_secs_f64()))
         .set("p50_us", lat.quantile(0.5))
         .set("p99_us", lat.quantile(0.99))
-        .set("leader_s", secs(new_leader))
-        .set("first_grant_s", secs(first.map(|f| f - killed_at)))
+        .set("leader_s", secs(leaders.first().copied().flatten()))
+        .set("first_grant_s", secs(firsts.first().copied().flatten()))
         .set("key_space", key_space);
+    if kills > 1 {
+        let mut got: Vec<Duration> = firsts.iter().flatten().copied().collect();
+        got.sort();
+        r.set("kills", kills).set("kills_granted", got.len());
+        if !got.is_empty() {
+            r.set("first_grant_min_s", secs(got.first().copied()))
+                .set("first_grant_median_s", secs(Some(got[got.len() / 2])))
+                .set("first_grant_max_s", secs(got.last().copied()));
+        }
+    }
     counters.put(&mut r, holds);
     r
 }

@@ -44,7 +44,6 @@ pub struct Cli {
     /// tokens, new tokens above its high-water, grants held back for its longest lease unless --start-grace
     /// says otherwise (docs/operating.md, "Backup and disaster recovery").
     #[arg(long, env = "TICKETING_RESTORE", value_name = "FILE")]
-    #[serde(skip)]
     pub restore: Option<PathBuf>,
     /// Durable mode: keep identity, Raft vote, log and snapshots (or the standalone journal) in DIR, fsynced (docs/deployment.md, "Durability").
     #[arg(long, env = "TICKETING_DATA_DIR", value_name = "DIR")]
