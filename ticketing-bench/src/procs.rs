@@ -147,6 +147,13 @@ impl Servers {
         None
     }
 
+    /// Whether node `i`'s own `/status` lists it as a voter.
+    async fn is_voter(&self, i: usize) -> bool {
+        let Some(s) = status(self.nodes[i].admin).await else { return false };
+        let me = s["node_id"].as_u64();
+        s["members"].as_array().is_some_and(|ms| ms.iter().any(|m| m["id"].as_u64() == me && m["voter"] == true))
+    }
+
     async fn all_voters(&self) -> bool {
         let Some(l) = self.leader().await else { return false };
         let Some(s) = status(self.nodes[l].admin).await else { return false };
@@ -193,7 +200,9 @@ impl Servers {
     pub async fn restart(&mut self, i: usize) -> anyhow::Result<()> {
         self.spawn(i, false)?;
         let end = Instant::now() + Duration::from_secs(30);
-        while !self.all_voters().await {
+        // The old member still counts as a voter until the new one replaces
+        // it: wait for the restarted node itself.
+        while !(self.is_voter(i).await && self.all_voters().await) {
             if Instant::now() > end {
                 anyhow::bail!("node {i} restarted but not every node a voter within 30 s");
             }

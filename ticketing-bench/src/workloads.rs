@@ -392,10 +392,12 @@ pub async fn w3(
             r.set("error", format!("no_leader_found_before_kill_{}", round + 1));
             break;
         };
-        *failover.first_grant.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let killed_at = Instant::now();
         kill(old);
+        // Only now, with the leader gone: a grant recorded before this
+        // point belongs to the round before.
         *failover.killed_at.lock().unwrap_or_else(|p| p.into_inner()) = Some(killed_at);
+        *failover.first_grant.lock().unwrap_or_else(|p| p.into_inner()) = None;
         let mut new_leader = None;
         while Instant::now() < killed_at + Duration::from_secs(30) {
             if let Some(l) = backend.leader().await {
@@ -435,7 +437,8 @@ pub async fn w3(
     if kills > 1 {
         let mut got: Vec<Duration> = firsts.iter().flatten().copied().collect();
         got.sort();
-        r.set("kills", kills).set("kills_granted", got.len());
+        let each: Vec<String> = firsts.iter().map(|f| secs(*f)).collect();
+        r.set("kills", kills).set("kills_granted", got.len()).set("first_grants_s", each.join(","));
         if !got.is_empty() {
             r.set("first_grant_min_s", secs(got.first().copied()))
                 .set("first_grant_median_s", secs(Some(got[got.len() / 2])))
