@@ -5,16 +5,16 @@ use std::path::PathBuf;
 use std::process::Child;
 use std::time::Duration;
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use tokio::time::{sleep, Instant};
 
-use crate::clock::{mono_ns, ns};
+use crate::clock::mono_ns;
 use crate::cluster::Cluster;
-use crate::history::Event;
 use crate::proxy::Rule;
 use crate::rng::Rng;
-use crate::workload::pause_trigger;
+
+mod client;
+mod nodes;
 
 /// Every link delayed 0–40 ms per chunk, reset with chance 0.4 % per chunk.
 const FLAKY: Rule = Rule::Flaky { min_ms: 0, max_ms: 40, reset_permille: 4 };
@@ -404,72 +404,6 @@ impl World {
         }
     }
 
-    /// [`Nemesis::ShrinkGrow`]: healed once the 3 that stay serve again
-    /// (a removed leader steps down); done once all 5 are voters again.
-    async fn shrink_grow(&mut self) -> anyhow::Result<Done> {
-        let n = self.cluster.nodes.len();
-        let l = self.leader().await?;
-        let mut others: Vec<usize> = (0..n).filter(|&i| i != l).collect();
-        self.rng.shuffle(&mut others);
-        let victims = if self.rng.index(2) == 0 { vec![l, others[0]] } else { vec![others[0], others[1]] };
-        let peers: Vec<String> = victims.iter().map(|&i| self.cluster.net.addrs[i].to_string()).collect();
-        let t = Instant::now();
-        let body = serde_json::json!({ "nodes": peers }).to_string();
-        self.cluster.admin_post(l, "/cluster/remove", body).await?;
-        let removed = t.elapsed().as_millis();
-        for &i in &victims {
-            self.cluster.stop(i).await;
-            self.cluster.nodes[i].generation += 1;
-        }
-        let l2 = self.leader().await?;
-        let heal = mono_ns();
-        for &i in &victims {
-            self.cluster.start(i, false)?;
-        }
-        let body = serde_json::json!({ "peers": peers }).to_string();
-        let t2 = Instant::now();
-        self.cluster.admin_post(l2, "/cluster/add", body).await?;
-        for &i in &victims {
-            if !self.cluster.wait_voter(i, Duration::from_secs(40)).await {
-                anyhow::bail!("node {i} added back but not a voter within 40 s");
-            }
-        }
-        Ok(Done {
-            heal,
-            detail: format!(
-                "nodes {victims:?} removed (leader was {l}) in {removed} ms, node {l2} serving; added back as new \
-                 nodes in {} ms",
-                t2.elapsed().as_millis()
-            ),
-        })
-    }
-
-    /// Memory mode: `kill -9` of every node (the domain is dead), then every
-    /// node started afresh, node 0 with `--bootstrap`, all with
-    /// `--start-grace` longer than the longest lease in flight; healed once
-    /// the new domain's leader serves (it grants only after the grace).
-    async fn rebuild(&mut self) -> anyhow::Result<Done> {
-        let n = self.cluster.nodes.len();
-        for i in 0..n {
-            self.cluster.kill9(i);
-        }
-        let grace = crate::run::LEASE + Duration::from_secs(1);
-        self.cluster.extra = vec!["--start-grace".into(), format!("{}", grace.as_secs_f64())];
-        let t = Instant::now();
-        let started = (0..n).rev().try_for_each(|i| self.cluster.start(i, i == 0));
-        self.cluster.extra.clear();
-        started?;
-        let l = self.leader().await?;
-        Ok(Done {
-            heal: mono_ns(),
-            detail: format!(
-                "kill -9 of all {n} nodes, a new domain with --start-grace {} s: node {l} serving {} ms after the restart",
-                grace.as_secs_f64(),
-                t.elapsed().as_millis()
-            ),
-        })
-    }
-
     /// `rule` on every peer link (`clients`: every client link) for 5–7 s, then healed.
     async fn every_link(&mut self, clients: bool, rule: Rule) -> Done {
         let net = if clients { &self.cluster.clients } else { &self.cluster.net };
@@ -480,172 +414,4 @@ impl World {
         let links = if clients { "client link" } else { "link" };
         Done { heal: mono_ns(), detail: format!("{rule:?} on every {links} for {total} ms") }
     }
-
-    /// The power of `victims` cut while the workload writes: their disks
-    /// are slowed down first (each fsync 10–40 ms more, for 0.3–1 s of
-    /// traffic) so that writes are in flight, then every write not fsynced
-    /// is lost (`torn`: the last one torn or zero-filled, else lost whole or
-    /// torn or zero-filled at random), the processes are killed and the
-    /// disks work again. Healed once a leader serves (a minority: at once;
-    /// the victims are restarted after 1–2 s and waited for as voters).
-    async fn power_loss(&mut self, victims: Vec<usize>, torn: bool) -> anyhow::Result<Done> {
-        let n = self.cluster.nodes.len();
-        if self.cluster.disks.len() != n {
-            anyhow::bail!("power loss needs every data dir on faultfs (durable mode)");
-        }
-        let slow = 10 + self.rng.range(0, 30);
-        for &i in &victims {
-            self.cluster.disks[i].delay_fsync(slow).map_err(|e| anyhow::anyhow!(e))?;
-        }
-        sleep(Duration::from_millis(300 + self.rng.range(0, 700))).await;
-        let mut lost = Vec::new();
-        for &i in &victims {
-            let mode = if torn { ["torn", "zero"][self.rng.index(2)] } else { ["", "torn", "zero"][self.rng.index(3)] };
-            let answer = self.cluster.disks[i].crash(mode).map_err(|e| anyhow::anyhow!(e))?;
-            let bytes = answer.split_whitespace().find_map(|w| w.strip_prefix("lost_bytes=")).unwrap_or("?").to_owned();
-            lost.push(format!("node {i} {} lost {bytes} B", if mode.is_empty() { "plain" } else { mode }));
-        }
-        for &i in &victims {
-            self.cluster.kill9(i);
-            let disk = &self.cluster.disks[i];
-            disk.thaw().and_then(|_| disk.command("delay off")).map_err(|e| anyhow::anyhow!(e))?;
-        }
-        let t = Instant::now();
-        let whole = victims.len() == n;
-        if !whole {
-            // A majority runs on: it must grant again at once.
-            let heal = mono_ns();
-            sleep(Duration::from_millis(1000 + self.rng.range(0, 1000))).await;
-            let mut notes = Vec::new();
-            for &i in &victims {
-                notes.push(self.restart(i).await?);
-            }
-            return Ok(Done {
-                heal,
-                detail: format!(
-                    "power cut of node(s) {victims:?} ({}) after {slow} ms slower fsyncs; {}",
-                    lost.join(", "),
-                    notes.join("; ")
-                ),
-            });
-        }
-        for i in 0..n {
-            self.cluster.start(i, false)?;
-        }
-        let l = self.leader().await?;
-        Ok(Done {
-            heal: mono_ns(),
-            detail: format!(
-                "power cut of all {n} node(s) ({}) after {slow} ms slower fsyncs; node {l} serving {} ms after the restart",
-                lost.join(", "),
-                t.elapsed().as_millis()
-            ),
-        })
-    }
-
-    /// `kill -9` of every node (writers running), then each restarted on
-    /// its data dir; healed once a leader serves again.
-    async fn restart_all(&mut self) -> anyhow::Result<Done> {
-        let n = self.cluster.nodes.len();
-        for i in 0..n {
-            self.cluster.kill9(i);
-        }
-        let down = self.rng.range(0, 1500);
-        sleep(Duration::from_millis(down)).await;
-        let t = Instant::now();
-        for i in 0..n {
-            self.cluster.start(i, false)?;
-        }
-        let l = self.leader().await?;
-        Ok(Done {
-            heal: mono_ns(),
-            detail: format!(
-                "kill -9 of all {n} node(s), down {down} ms, node {l} serving {} ms after the restart",
-                t.elapsed().as_millis()
-            ),
-        })
-    }
-
-    async fn pause_client(&mut self) -> anyhow::Result<Done> {
-        let c = self.rng.index(self.clients.len());
-        let history = self.dir.join(format!("client-{c}.jsonl"));
-        type Paused = (String, Vec<String>, Option<u16>, u64, u64);
-        let pauses = |h: &std::path::Path| -> Vec<Paused> {
-            let text = std::fs::read_to_string(h).unwrap_or_default();
-            text.lines()
-                .filter_map(|l| match serde_json::from_str::<Event>(l) {
-                    Ok(Event::Pause { key, keys, slot, token, dl, .. }) => Some((key, keys, slot, token, dl)),
-                    _ => None,
-                })
-                .collect()
-        };
-        // Only a pause recorded after this trigger counts (a client may be
-        // picked twice in a run).
-        let before = pauses(&history).len();
-        let trigger = pause_trigger(&self.dir, c as u32);
-        std::fs::write(&trigger, b"")?;
-        let end = Instant::now() + Duration::from_secs(30);
-        let paused = loop {
-            if let Some(p) = pauses(&history).get(before) {
-                break Some(p.clone());
-            }
-            if Instant::now() > end {
-                break None;
-            }
-            sleep(Duration::from_millis(100)).await;
-        };
-        let Some((key, keys, slot, token, dl)) = paused else {
-            let _ = std::fs::remove_file(&trigger);
-            anyhow::bail!("client {c} did not reach a grant within 30 s to be paused");
-        };
-        // The Pause event is written just before the client stops itself.
-        let pid = self.clients[c].id();
-        let until = Instant::now() + Duration::from_secs(5);
-        while !is_stopped(pid) && Instant::now() < until {
-            sleep(Duration::from_millis(10)).await;
-        }
-        if !is_stopped(pid) {
-            anyhow::bail!("client {c} recorded its pause but is not stopped");
-        }
-        // Wait past its deadline until a newer token has written where its
-        // write is fenced (its key; a counted holder: its slot or an
-        // exclusive holder of its key; a multi-key holder: any of its keys):
-        // only then can the fence tell its write is stale.
-        let end = Instant::now() + Duration::from_secs(40);
-        let mut hw = 0;
-        let keys = if keys.is_empty() { vec![key.clone()] } else { keys };
-        while Instant::now() < end {
-            let (p, ks) = (self.db.clone(), keys.clone());
-            hw = tokio::task::spawn_blocking(move || {
-                let fence = match slot {
-                    Some(s) => crate::db::Fence::Slot(&ks[0], s),
-                    None => crate::db::Fence::Keys(&ks),
-                };
-                crate::db::open(&p)?.high_water(fence)
-            })
-            .await??;
-            if mono_ns() > dl + ns(Duration::from_millis(200)) && hw > token {
-                break;
-            }
-            sleep(Duration::from_millis(50)).await;
-        }
-        let stopped_ms = (mono_ns().saturating_sub(dl)) / 1_000_000;
-        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGCONT);
-        Ok(Done {
-            heal: mono_ns(),
-            detail: format!(
-                "client {c} stopped holding {}{} token {token} until {stopped_ms} ms past its deadline; fence high water then {hw}",
-                keys.join(","),
-                slot.map_or(String::new(), |s| format!(" slot {s}"))
-            ),
-        })
-    }
-}
-
-/// Whether process `pid` is stopped (state `T` in `/proc/<pid>/stat`).
-fn is_stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
-        .unwrap_or(false)
 }
