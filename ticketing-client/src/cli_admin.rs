@@ -55,34 +55,12 @@ async fn connect(admin: &str, tls: Option<&Arc<rustls::ClientConfig>>) -> Result
     Ok(Box::new(s))
 }
 
-/// One exchange, `method` `path` with a JSON `body` if given: (status
-/// code, body); with `Authorization: Bearer <token>` when an admin token is
-/// given.
-async fn request(
-    admin: &str,
-    method: &str,
-    path: &str,
-    body: Option<&str>,
-    token: Option<&str>,
-    tls: Option<&Arc<rustls::ClientConfig>>,
-    limit: Duration,
-) -> Result<(u16, String), String> {
-    let (code, body) = request_bytes(admin, method, path, body, token, tls, limit).await?;
-    Ok((code, String::from_utf8_lossy(&body).into_owned()))
-}
-
-/// [`request`] with the body as bytes (a backup).
-async fn request_bytes(
-    admin: &str,
-    method: &str,
-    path: &str,
-    body: Option<&str>,
-    token: Option<&str>,
-    tls: Option<&Arc<rustls::ClientConfig>>,
-    limit: Duration,
-) -> Result<(u16, Vec<u8>), String> {
+/// One exchange of `ask` with `admin`: (status code, body); with
+/// `Authorization: Bearer <token>` when an admin token is given.
+async fn request(admin: &str, ask: &Ask<'_>) -> Result<(u16, Vec<u8>), String> {
+    let (method, path, body, token, limit) = (ask.method, &ask.path, ask.body.as_deref(), ask.token, ask.limit);
     let exchange = async {
-        let mut s = connect(admin, tls).await?;
+        let mut s = connect(admin, ask.tls).await?;
         let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
         let content = body
             .map(|b| format!("Content-Type: application/json\r\nContent-Length: {}\r\n", b.len()))
@@ -130,16 +108,14 @@ pub struct Ask<'a> {
     pub limit: Duration,
 }
 
-/// Asks `admin`, following a follower's pointer to the leader's admin port
-/// once: the status code and the JSON answer of the node that answered.
-/// `401` is [`Failure::AuthFailed`]; `503` without a leader to follow is
-/// [`Failure::Unavailable`].
-pub async fn ask_leader(admin: &str, ask: &Ask<'_>) -> Result<(u16, Value), Failure> {
+/// Asks `admin`, following a follower's pointer (`503` naming the
+/// leader's admin address) to the leader's admin port once: the node that
+/// answered, its status code and body. `401` is [`Failure::AuthFailed`]; a
+/// `503` without a leader to follow is [`Failure::Unavailable`].
+async fn follow(admin: &str, ask: &Ask<'_>) -> Result<(String, u16, Vec<u8>), Failure> {
     let mut at = admin.to_owned();
     for _ in 0..2 {
-        let (code, body) = request(&at, ask.method, &ask.path, ask.body.as_deref(), ask.token, ask.tls, ask.limit)
-            .await
-            .map_err(Failure::Unavailable)?;
+        let (code, body) = request(&at, ask).await.map_err(Failure::Unavailable)?;
         if code == 401 {
             let why = if ask.token.is_some() {
                 "refused the admin token"
@@ -148,11 +124,10 @@ pub async fn ask_leader(admin: &str, ask: &Ask<'_>) -> Result<(u16, Value), Fail
             };
             return Err(Failure::AuthFailed(format!("{at} {why}")));
         }
-        let v: Value = serde_json::from_str(&body)
-            .map_err(|_| Failure::Unavailable(format!("{at}: answer {code} is not JSON: {}", body.trim())))?;
         if code != 503 {
-            return Ok((code, v));
+            return Ok((at, code, body));
         }
+        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
         match v["leader_admin"].as_str() {
             Some(next) if next != at => at = next.to_owned(),
             _ => {
@@ -164,6 +139,15 @@ pub async fn ask_leader(admin: &str, ask: &Ask<'_>) -> Result<(u16, Value), Fail
         }
     }
     Err(Failure::Unavailable(format!("{admin}: the leader moved while asking")))
+}
+
+/// [`follow`], the answer read as JSON: the status code and the value.
+pub async fn ask_leader(admin: &str, ask: &Ask<'_>) -> Result<(u16, Value), Failure> {
+    let (at, code, body) = follow(admin, ask).await?;
+    let v = serde_json::from_slice(&body).map_err(|_| {
+        Failure::Unavailable(format!("{at}: answer {code} is not JSON: {}", String::from_utf8_lossy(&body).trim()))
+    })?;
+    Ok((code, v))
 }
 
 /// Percent-encodes what is not unreserved in a URL path segment.
@@ -233,21 +217,9 @@ pub async fn cluster(
         Change::Add(peers) => ("POST", "/cluster/add", json("peers", peers), CHANGE_TIMEOUT),
         Change::Remove(nodes) => ("POST", "/cluster/remove", json("nodes", nodes), CHANGE_TIMEOUT),
     };
+    // `list` is answered by any node (never a 503 to follow).
     let ask = Ask { method, path: path.into(), body, token, tls, limit };
-    let (code, v) = if matches!(change, Change::List) {
-        // Any node lists its view; no need to find the leader.
-        let (code, body) = request(admin, method, path, None, token, tls, limit).await.map_err(Failure::Unavailable)?;
-        if code == 401 {
-            let why =
-                if token.is_some() { "refused the admin token" } else { "needs an admin token (--admin-token-file)" };
-            return Err(Failure::AuthFailed(format!("{admin} {why}")));
-        }
-        let v = serde_json::from_str(&body)
-            .map_err(|_| Failure::Unavailable(format!("{admin}: answer {code} is not JSON: {}", body.trim())))?;
-        (code, v)
-    } else {
-        ask_leader(admin, &ask).await?
-    };
+    let (code, v) = ask_leader(admin, &ask).await?;
     let error = || v["error"].as_str().unwrap_or("no reason given").to_owned();
     match code {
         200 => Ok(v),
@@ -272,34 +244,15 @@ pub async fn snapshot(
     token: Option<&str>,
     tls: Option<&Arc<rustls::ClientConfig>>,
 ) -> Result<(Vec<u8>, Value), Failure> {
-    let mut at = admin.to_owned();
-    for _ in 0..2 {
-        let (code, body) = request_bytes(&at, "GET", "/snapshot", None, token, tls, SNAPSHOT_TIMEOUT)
-            .await
-            .map_err(Failure::Unavailable)?;
-        if code == 401 {
-            let why =
-                if token.is_some() { "refused the admin token" } else { "needs an admin token (--admin-token-file)" };
-            return Err(Failure::AuthFailed(format!("{at} {why}")));
-        }
-        if code == 200 {
-            let header = check_backup(&body).map_err(|e| Failure::Unavailable(format!("{at}: {e}")))?;
-            return Ok((body, header));
-        }
-        let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        match (code, v["leader_admin"].as_str()) {
-            (503, Some(next)) if next != at => at = next.to_owned(),
-            _ => {
-                let why = v["error"].as_str().map(str::to_owned).unwrap_or_else(|| format!("answer {code}"));
-                return Err(if code == 404 {
-                    Failure::Usage(why)
-                } else {
-                    Failure::Unavailable(format!("{at}: {why}"))
-                });
-            }
-        }
+    let ask = Ask { method: "GET", path: "/snapshot".into(), body: None, token, tls, limit: SNAPSHOT_TIMEOUT };
+    let (at, code, body) = follow(admin, &ask).await?;
+    if code == 200 {
+        let header = check_backup(&body).map_err(|e| Failure::Unavailable(format!("{at}: {e}")))?;
+        return Ok((body, header));
     }
-    Err(Failure::Unavailable(format!("{admin}: the leader moved while asking")))
+    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let why = v["error"].as_str().map(str::to_owned).unwrap_or_else(|| format!("answer {code}"));
+    Err(if code == 404 { Failure::Usage(why) } else { Failure::Unavailable(format!("{at}: {why}")) })
 }
 
 /// A backup's header, once its length and SHA-256 check.
