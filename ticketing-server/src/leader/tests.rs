@@ -115,22 +115,26 @@ impl Sim {
     }
 
     fn acquire(&mut self, conn: u64, id: u64, key: &str, owner: &str, wait: u8, lease: u8) {
-        let r = Request::Acquire {
-            id: RequestId(id),
-            key: k(key),
-            kind: GrantKind::Exclusive,
-            owner: o(owner),
-            wait,
-            lease,
-            read_at: self.now,
-            principal: None,
-        };
-        self.request(conn, r);
+        self.acquire_by(None, conn, id, key, owner, wait, lease);
     }
 
     /// `A` from a connection of principal `cap.name`, with its caps.
     #[allow(clippy::too_many_arguments)]
     fn acquire_as(&mut self, cap: &PrincipalCap, conn: u64, id: u64, key: &str, owner: &str, wait: u8, lease: u8) {
+        self.acquire_by(Some(cap.clone()), conn, id, key, owner, wait, lease);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn acquire_by(
+        &mut self,
+        principal: Option<PrincipalCap>,
+        conn: u64,
+        id: u64,
+        key: &str,
+        owner: &str,
+        wait: u8,
+        lease: u8,
+    ) {
         let r = Request::Acquire {
             id: RequestId(id),
             key: k(key),
@@ -139,7 +143,7 @@ impl Sim {
             wait,
             lease,
             read_at: self.now,
-            principal: Some(cap.clone()),
+            principal,
         };
         self.request(conn, r);
     }
