@@ -191,19 +191,26 @@ async fn queued(admin: u16, key: &str, want: usize) {
     }
 }
 
-#[tokio::test]
-async fn a_principal_at_its_waiters_cap_gets_b_and_others_still_queue() {
+/// A server with two principals: `orders` (tokens `orders-token`, the key
+/// prefixes `orders_keys`, and the setting line `cap`) and `payments`
+/// (`payments-token`, every key); the server and its admin port.
+fn capped(orders_keys: &str, cap: &str) -> (Server, u16) {
     let orders = temp_file("orders-token\n");
     let payments = temp_file("payments-token\n");
     let config = temp_file(&format!(
-        "[[principal]]\nname = \"orders\"\ntokens_file = {:?}\nkeys = [\"\"]\nmax_waiters = 2\n\n\
+        "[[principal]]\nname = \"orders\"\ntokens_file = {:?}\nkeys = [{orders_keys}]\n{cap}\n\n\
          [[principal]]\nname = \"payments\"\ntokens_file = {:?}\nkeys = [\"\"]\n",
         orders.to_str().unwrap(),
         payments.to_str().unwrap(),
     ));
     let admin = ticketing_testkit::free_port();
     let admin_addr = format!("127.0.0.1:{admin}");
-    let server = Server::with(&[], &["--config", config.to_str().unwrap(), "--admin-listen", &admin_addr]);
+    (Server::with(&[], &["--config", config.to_str().unwrap(), "--admin-listen", &admin_addr]), admin)
+}
+
+#[tokio::test]
+async fn a_principal_at_its_waiters_cap_gets_b_and_others_still_queue() {
+    let (server, admin) = capped("\"\"", "max_waiters = 2");
     let mut holder = Client::connect(&server.addr, b"payments-token").await;
     holder.grab(1, "k", "h", 60).await;
     // Two waiters of `orders`, over two connections, queue; the third is `B`.
@@ -231,17 +238,7 @@ async fn a_principal_at_its_waiters_cap_gets_b_and_others_still_queue() {
 
 #[tokio::test]
 async fn a_principal_at_its_held_keys_cap_gets_b_until_it_releases() {
-    let orders = temp_file("orders-token\n");
-    let payments = temp_file("payments-token\n");
-    let config = temp_file(&format!(
-        "[[principal]]\nname = \"orders\"\ntokens_file = {:?}\nkeys = [\"orders/\"]\nmax_held_keys = 2\n\n\
-         [[principal]]\nname = \"payments\"\ntokens_file = {:?}\nkeys = [\"\"]\n",
-        orders.to_str().unwrap(),
-        payments.to_str().unwrap(),
-    ));
-    let admin = ticketing_testkit::free_port();
-    let admin_addr = format!("127.0.0.1:{admin}");
-    let server = Server::with(&[], &["--config", config.to_str().unwrap(), "--admin-listen", &admin_addr]);
+    let (server, admin) = capped("\"orders/\"", "max_held_keys = 2");
     // Two keys over two connections: the cap is the principal's, not a connection's.
     let mut a = Client::connect(&server.addr, b"orders-token").await;
     let t1 = a.grab(1, "orders/1", "a", 60).await;
