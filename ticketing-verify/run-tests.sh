@@ -7,7 +7,12 @@
 #      5 memory-mode nodes, a durable standalone server; every run with the `combined`
 #      workload: exclusive, semaphore, read/write and multi-key clients; docs/verification.md);
 #   3. the `ci` profile's 3-node run on a throw-away PostgreSQL (initdb + pg_ctl
-#      on loopback; PostgreSQL is installed with apt when missing and we are root).
+#      on loopback; PostgreSQL is installed with apt when missing and we are root);
+#   4. a rolling upgrade: a durable 3-node cluster started on an earlier release's
+#      server ($TICKETING_UPGRADE_FROM, a commit of this repository; built once from
+#      `git archive` into the shared target dir, kept in target/upgrade-from/) is
+#      moved node by node to this one while the clients write, then its leader is
+#      killed. Counted as skipped when the clone lacks that commit (a shallow clone).
 # Seed: $TICKETING_VERIFY_SEED (default 1; the PostgreSQL run uses seed + 2).
 # Histories: $TICKETING_VERIFY_DIR (default target/verify). Each ticketing-verify
 # run ends with the checker's line violations=<n> grants=<n> faults=<n> fence_refusals=<n> indeterminate_held=<n>;
@@ -24,6 +29,30 @@ ok() { passed=$((passed + 1)); echo "PASS $*"; }
 ko() { failed=$((failed + 1)); echo "FAIL $*"; }
 skipped=0
 finish() { echo "verify: $passed passed, $failed failed, $skipped skipped"; [ "$failed" -eq 0 ]; exit $?; }
+
+# The earlier release the rolling upgrade starts from: built before the
+# release build below, into the same target dir (the dependencies are
+# compiled once for both; that build re-links this release's binaries over
+# the ones the earlier source's build left in target/release).
+UPGRADE_FROM=${TICKETING_UPGRADE_FROM:-16581bc3ae6af37865c6903991a5e41fb7d26045}
+OLD_SERVER=$TARGET/upgrade-from/ticketing-server-${UPGRADE_FROM:0:12}
+OLD_MISSING=""
+if [ -x "$OLD_SERVER" ]; then
+    echo "== the earlier release's server: $OLD_SERVER (built before)"
+elif ! git -C "$ROOT" cat-file -e "$UPGRADE_FROM^{commit}" 2>/dev/null; then
+    OLD_MISSING="this clone has no commit $UPGRADE_FROM (clone with its full history)"
+else
+    echo "== building the earlier release's server ($UPGRADE_FROM)"
+    src=$TARGET/upgrade-from/src
+    rm -rf "$src" && mkdir -p "$src"
+    if git -C "$ROOT" archive "$UPGRADE_FROM" | tar -x -C "$src" &&
+        (cd "$src" && cargo build --release --locked -p ticketing-server --target-dir "$TARGET" 2>&1 | tail -n 2) &&
+        cp "$TARGET/release/ticketing-server" "$OLD_SERVER.part" && mv "$OLD_SERVER.part" "$OLD_SERVER"; then
+        rm -rf "$src"
+    else
+        ko "building the server of $UPGRADE_FROM"
+    fi
+fi
 
 # The release build scripts/release makes (one package set, so scripts/test
 # compiles the release server once and this finds it fresh).
@@ -111,5 +140,19 @@ if [ -n "$PG_URL" ]; then
     else
         ko "ci profile, PostgreSQL, 3 nodes, seed $((SEED + 2))"
     fi
+fi
+
+# --- 4. a rolling upgrade from the earlier release -------------------------------------------
+if [ -n "$OLD_MISSING" ]; then
+    skipped=$((skipped + 1))
+    echo "SKIP rolling upgrade: $OLD_MISSING"
+elif [ ! -x "$OLD_SERVER" ]; then
+    ko "rolling upgrade: no server of $UPGRADE_FROM"
+elif cmp -s "$OLD_SERVER" "$TARGET/release/ticketing-server"; then
+    ko "rolling upgrade: target/release/ticketing-server is still the earlier release's"
+elif verify --nodes 3 --durable --upgrade-from "$OLD_SERVER" --seed "$SEED" --dir "$HIST-upgrade"; then
+    ok "rolling upgrade of 3 durable nodes from ${UPGRADE_FROM:0:12}, seed $SEED"
+else
+    ko "rolling upgrade of 3 durable nodes from ${UPGRADE_FROM:0:12}, seed $SEED"
 fi
 finish

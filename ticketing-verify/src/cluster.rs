@@ -43,18 +43,22 @@ pub struct Node {
     /// Durable mode: which data dir the node runs on (a node removed from
     /// the membership comes back as a new node on a new, empty one).
     pub generation: u32,
+    /// The server binary its next start runs (the run's, or the earlier
+    /// release's until a rolling upgrade reaches this node).
+    pub bin: PathBuf,
 }
 
 /// The cluster.
 pub struct Cluster {
     /// Node slots.
     pub nodes: Vec<Node>,
+    /// The run's server binary (what a rolling upgrade installs).
+    pub bin: PathBuf,
     /// The proxies of the peer links.
     pub net: Net,
     /// The proxies between the clients and each node's client port (what
     /// the nodes advertise, so redirects lead through them too).
     pub clients: Net,
-    bin: PathBuf,
     dir: PathBuf,
     /// Durable mode: node `i` runs with `--data-dir <run dir>/node<i>-data`,
     /// or on its faultfs mount ([`Cluster::mount_disks`]).
@@ -81,6 +85,7 @@ impl Cluster {
                 child: None,
                 starts: 0,
                 generation: 0,
+                bin: bin.to_owned(),
             });
         }
         let targets: Vec<SocketAddr> = nodes.iter().map(|n| SocketAddr::from(([127, 0, 0, 1], n.peer))).collect();
@@ -142,12 +147,12 @@ impl Cluster {
             peers: if standalone { "" } else { &peers },
             bootstrap,
         };
-        let mut cmd = ticketing_testkit::node_command(&self.bin, &spec, log);
+        let mut cmd = ticketing_testkit::node_command(&node.bin, &spec, log);
         if self.durable {
             cmd.arg("--data-dir").arg(&data);
         }
         cmd.args(&self.args).args(&self.extra);
-        let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot start {}: {e}", self.bin.display()))?;
+        let child = cmd.spawn().map_err(|e| anyhow::anyhow!("cannot start {}: {e}", node.bin.display()))?;
         self.net.set_pid(i, Some(child.id()));
         node.child = Some(child);
         Ok(())
@@ -231,6 +236,31 @@ impl Cluster {
                 }
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+
+    /// Waits until node `i` follows a leader (or is the serving leader) and
+    /// has applied every entry the serving leader had committed when the
+    /// wait began: a restarted node is back, not only listed as a voter (a
+    /// durable node lists itself from its own disk at once).
+    pub async fn wait_caught_up(&self, i: usize, limit: Duration) -> bool {
+        let end = Instant::now() + limit;
+        let mut target = None;
+        while Instant::now() < end {
+            if target.is_none() {
+                match self.serving_leaders().await.as_slice() {
+                    [l] if *l == i => return true,
+                    [l] => target = self.status(*l).await.and_then(|s| s["commit_index"].as_u64()),
+                    _ => {}
+                }
+            }
+            if let (Some(t), Some(s)) = (target, self.status(i).await) {
+                if s["leader_id"].is_u64() && s["applied_index"].as_u64().is_some_and(|a| a >= t) {
+                    return true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         false
     }

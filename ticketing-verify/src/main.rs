@@ -51,6 +51,11 @@ struct Cli {
     /// The server binary (default: `ticketing-server` next to this binary).
     #[arg(long)]
     server: Option<PathBuf>,
+    /// An earlier release's server binary: every node starts on it, and the
+    /// `rolling-upgrade` fault moves the nodes one by one to --server (needs
+    /// --nodes 3 or 5; default faults: rolling-upgrade, then kill-leader).
+    #[arg(long)]
+    upgrade_from: Option<PathBuf>,
     /// Where runs keep their files (default: a temporary directory).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -249,6 +254,7 @@ fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
         bound,
         db,
         durable: false,
+        upgrade_from: None,
     };
     // Every fault a run can take, in an order drawn from its seed.
     let all = |nodes: usize, durable: bool, seed: u64| {
@@ -268,8 +274,26 @@ fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
             chosen.iter().copied().filter(|n| can.contains(n)).collect()
         }
     };
-    let plans: Vec<Plan> = match cli.profile {
-        Profile::Ci => match cli.nodes {
+    let upgrading = chosen.contains(&Nemesis::RollingUpgrade);
+    let plans: Vec<Plan> = match (&cli.upgrade_from, cli.profile) {
+        (None, _) if upgrading => anyhow::bail!("--nemesis rolling-upgrade needs --upgrade-from OLD_SERVER"),
+        (Some(old), Profile::Ci) => {
+            if !old.is_file() {
+                anyhow::bail!("--upgrade-from {}: no such file", old.display());
+            }
+            let nodes = match cli.nodes {
+                Some(n @ (3 | 5)) => n,
+                _ => anyhow::bail!("--upgrade-from needs --nodes 3 or 5"),
+            };
+            let nemeses = match chosen.as_slice() {
+                [] => vec![Nemesis::RollingUpgrade, Nemesis::KillLeader],
+                c if upgrading => c.to_vec(),
+                _ => anyhow::bail!("--upgrade-from: the faults must include rolling-upgrade"),
+            };
+            vec![Plan { nodes, durable: cli.durable, nemeses, upgrade_from: Some(old.clone()), ..base.clone() }]
+        }
+        (Some(_), Profile::Soak) => anyhow::bail!("--upgrade-from runs with the ci profile"),
+        (None, Profile::Ci) => match cli.nodes {
             Some(n) => {
                 let durable = cli.durable || n == 1;
                 vec![Plan { nodes: n, durable, nemeses: all(n, durable, cli.seed), ..base.clone() }]
@@ -294,7 +318,7 @@ fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
             ],
         },
-        Profile::Soak => {
+        (None, Profile::Soak) => {
             let nodes = cli.nodes.unwrap_or(3);
             vec![Plan { nodes, durable: cli.durable || nodes == 1, duration: Some(cli.duration), ..base.clone() }]
         }
@@ -304,7 +328,8 @@ fn main_run(cli: Cli) -> anyhow::Result<ExitCode> {
     let mut failed_runs = 0;
     for plan in &plans {
         let mode = if plan.durable { "durable" } else { "memory" };
-        let name = format!("{}-nodes-{mode}-seed-{}", plan.nodes, plan.seed);
+        let upgrade = if plan.upgrade_from.is_some() { "-upgrade" } else { "" };
+        let name = format!("{}-nodes-{mode}{upgrade}-seed-{}", plan.nodes, plan.seed);
         let dir = run::run_dir(cli.dir.as_deref(), &name);
         println!(
             "== {name}: {} clients ({}), {} keys and a semaphore's and a read/write lock's, history in {}",

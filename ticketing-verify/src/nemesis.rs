@@ -90,6 +90,12 @@ pub enum Nemesis {
     /// with a start grace longer than any lease in flight: no double grant
     /// across the rebuild.
     Rebuild,
+    /// A run started on an earlier release (`--upgrade-from`): every node in
+    /// turn, the followers first and the leader last, stopped (SIGTERM),
+    /// started on the run's binary (durable: on its data dir), and waited
+    /// for until it is a voter again (docs/versioning.md, "Upgrading a
+    /// running cluster, step by step").
+    RollingUpgrade,
 }
 
 impl Nemesis {
@@ -169,6 +175,7 @@ impl Nemesis {
             Nemesis::ClientFlakyPowerLossLeader => "client-flaky+power-loss-leader",
             Nemesis::Rebuild => "rebuild",
             Nemesis::ShrinkGrow => "shrink-grow",
+            Nemesis::RollingUpgrade => "rolling-upgrade",
         }
     }
 
@@ -181,6 +188,7 @@ impl Nemesis {
                 Nemesis::RestartStandalone,
                 Nemesis::Rebuild,
                 Nemesis::ShrinkGrow,
+                Nemesis::RollingUpgrade,
                 Nemesis::PowerLossAll,
                 Nemesis::PowerLossLeader,
                 Nemesis::PowerLossMinority,
@@ -227,15 +235,20 @@ impl World {
         (leader + 1 + self.rng.index(n - 1)) % n
     }
 
-    /// Restarts node `i` without `--bootstrap` and waits until it is a voter.
+    /// Restarts node `i` without `--bootstrap` and waits until it is a voter
+    /// and has caught up with the leader. (Its binary is the node's: see
+    /// [`Nemesis::RollingUpgrade`].)
     async fn restart(&mut self, i: usize) -> anyhow::Result<String> {
         self.cluster.start(i, false)?;
         let t = Instant::now();
-        if self.cluster.wait_voter(i, Duration::from_secs(40)).await {
-            Ok(format!("node {i} voter again after {} ms", t.elapsed().as_millis()))
-        } else {
-            anyhow::bail!("restarted node {i} did not become a voter within 40 s")
+        if !self.cluster.wait_voter(i, Duration::from_secs(40)).await {
+            anyhow::bail!("restarted node {i} did not become a voter within 40 s");
         }
+        let voter = t.elapsed().as_millis();
+        if !self.cluster.wait_caught_up(i, Duration::from_secs(40)).await {
+            anyhow::bail!("restarted node {i} did not catch up with the leader within 40 s");
+        }
+        Ok(format!("node {i} voter again after {voter} ms, caught up after {} ms", t.elapsed().as_millis()))
     }
 
     /// Runs one fault to its heal.
@@ -401,6 +414,7 @@ impl World {
             }
             Nemesis::Rebuild => self.rebuild().await,
             Nemesis::ShrinkGrow => self.shrink_grow().await,
+            Nemesis::RollingUpgrade => self.rolling_upgrade().await,
         }
     }
 

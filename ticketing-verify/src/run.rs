@@ -45,6 +45,9 @@ pub struct Plan {
     pub db: Option<String>,
     /// Durable mode (`--data-dir` per node).
     pub durable: bool,
+    /// An earlier release's server binary every node starts on, until a
+    /// `rolling-upgrade` fault moves it to the run's.
+    pub upgrade_from: Option<PathBuf>,
 }
 
 /// The outcome of a run.
@@ -150,6 +153,9 @@ pub async fn run(plan: &Plan, bin: &Path, dir: &Path) -> anyhow::Result<Outcome>
     let mut rng = Rng::new(plan.seed);
     let mut cluster = Cluster::new(plan.nodes, bin, dir, rng.next_u64()).await?;
     cluster.durable = plan.durable;
+    if let Some(old) = &plan.upgrade_from {
+        cluster.nodes.iter_mut().for_each(|n| n.bin = old.clone());
+    }
     cluster.args.extend(["--config".to_owned(), principals_config(dir)?.display().to_string()]);
     if plan.durable {
         cluster.mount_disks()?;

@@ -1,6 +1,6 @@
 //! The faults on whole nodes and on the membership: a rebuild of a dead
-//! domain, a restart of every node, a power cut, and the shrink-grow of a
-//! 5-node cluster.
+//! domain, a restart of every node, a power cut, the shrink-grow of a
+//! 5-node cluster, and the rolling upgrade from an earlier release.
 
 use std::time::Duration;
 
@@ -10,6 +10,36 @@ use super::{Done, World};
 use crate::clock::mono_ns;
 
 impl World {
+    /// [`Nemesis::RollingUpgrade`]: every node still on an earlier binary,
+    /// the leader last, moved to the run's; healed once the last is a voter
+    /// and a leader serves. A node already on the run's binary is left alone
+    /// (a second upgrade in one run is a no-op).
+    pub(super) async fn rolling_upgrade(&mut self) -> anyhow::Result<Done> {
+        let l = self.leader().await?;
+        let n = self.cluster.nodes.len();
+        let mut order: Vec<usize> = (0..n).filter(|&i| i != l).collect();
+        self.rng.shuffle(&mut order);
+        order.push(l);
+        let mut notes = Vec::new();
+        for i in order {
+            if self.cluster.nodes[i].bin == self.cluster.bin {
+                continue;
+            }
+            self.cluster.stop(i).await;
+            self.cluster.nodes[i].bin = self.cluster.bin.clone();
+            notes.push(self.restart(i).await?);
+        }
+        let l2 = self.leader().await?;
+        let done = if notes.is_empty() { "every node already ran it".to_owned() } else { notes.join("; ") };
+        Ok(Done {
+            heal: mono_ns(),
+            detail: format!(
+                "rolling upgrade to {} (leader {l} last): {done}; node {l2} serving",
+                self.cluster.bin.display()
+            ),
+        })
+    }
+
     /// [`Nemesis::ShrinkGrow`]: healed once the 3 that stay serve again
     /// (a removed leader steps down); done once all 5 are voters again.
     pub(super) async fn shrink_grow(&mut self) -> anyhow::Result<Done> {
