@@ -74,11 +74,13 @@ export declare class TicketBroker implements AsyncDisposable {
   constructor(addrs: string | readonly string[], options?: BrokerOptions)
 
   /**
-   * A broker for one address (two connections to it). Resolves once a
+   * A broker for one address, or several: an array, or one string with the
+   * addresses separated by commas, as `TICKETING_ADDR` holds them (two
+   * connections to each). Resolves once a
    * request could be routed or the first connection attempts have settled
    * (at most 5 s); a broker is returned either way and keeps reconnecting.
    */
-  static connect(addr: string): Promise<TicketBroker>
+  static connect(addrs: string | readonly string[]): Promise<TicketBroker>
 
   /** Resolves to true once a request can be routed, false after `seconds` (or when closed). */
   waitReady(seconds: Seconds): Promise<boolean>

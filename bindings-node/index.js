@@ -127,6 +127,18 @@ function checkOptions(name, options) {
   return options
 }
 
+/**
+ * The addresses as given: one string (the library splits it at its commas) or an
+ * array of strings; anything else is a TypeError.
+ */
+function addrList(addrs) {
+  const list = typeof addrs === 'string' ? [addrs] : addrs
+  if (!Array.isArray(list) || !list.every((a) => typeof a === 'string')) {
+    throw new TypeError(`addrs must be a "host:port" string or an array of them, got ${describe(addrs)}`)
+  }
+  return list
+}
+
 function describe(v) {
   if (v === null) return 'null'
   if (Array.isArray(v)) return 'an array'
@@ -260,17 +272,15 @@ class TicketBroker {
 
   /**
    * new TicketBroker(addrs, { token, tls, tlsClientCert, tlsClientKey }): addrs is an array of
-   * "host:port" (all cluster members) or one string. Never blocks.
+   * "host:port" (all cluster members) or one string (one address, or several separated by
+   * commas). Never blocks.
    */
   constructor(addrs, options) {
     if (addrs === fromNative) {
       this.#native = options
       return
     }
-    if (typeof addrs === 'string') addrs = [addrs]
-    if (!Array.isArray(addrs) || !addrs.every((a) => typeof a === 'string')) {
-      throw new TypeError(`addrs must be an array of "host:port" strings, got ${describe(addrs)}`)
-    }
+    addrs = addrList(addrs)
     const { token, tls, tlsClientCert, tlsClientKey } = checkOptions('options', options)
     if (token !== undefined && token !== null && typeof token !== 'string') {
       throw new TypeError(`token must be a string, got ${describe(token)}`)
@@ -288,11 +298,14 @@ class TicketBroker {
     )
   }
 
-  /** A broker for one address; resolves once the first connection attempts settled. */
-  static async connect(addr) {
-    if (typeof addr !== 'string') throw new TypeError(`addr must be a "host:port" string, got ${describe(addr)}`)
+  /**
+   * A broker for one address, or several (an array, or one comma-separated
+   * string); resolves once the first connection attempts settled.
+   */
+  static async connect(addrs) {
+    const list = addrList(addrs)
     try {
-      return new TicketBroker(fromNative, await native.NativeBroker.connect(addr))
+      return new TicketBroker(fromNative, await native.NativeBroker.connect(list))
     } catch (err) {
       throw typed(err)
     }

@@ -24,10 +24,11 @@ export declare class NativeBroker {
    */
   constructor(addrs: Array<string>, token?: string | undefined | null, tls?: string | undefined | null, tlsClientCert?: string | undefined | null, tlsClientKey?: string | undefined | null)
   /**
-   * A broker for one address; resolves once the first connection
-   * attempts have settled (ready or failed, at most 5 s).
+   * A broker for `addrs` (each may hold several, comma-separated);
+   * resolves once the first connection attempts have settled (ready or
+   * failed, at most 5 s).
    */
-  static connect(addr: string): Promise<NativeBroker>
+  static connect(addrs: Array<string>): Promise<NativeBroker>
   /**
    * Resolves to true once a request can be routed, false after
    * `seconds` (or when closed).

@@ -76,11 +76,14 @@ impl NativeBroker {
         Ok(NativeBroker { inner: builder.build().map_err(client)? })
     }
 
-    /// A broker for one address; resolves once the first connection
-    /// attempts have settled (ready or failed, at most 5 s).
+    /// A broker for `addrs` (each may hold several, comma-separated);
+    /// resolves once the first connection attempts have settled (ready or
+    /// failed, at most 5 s).
     #[napi(ts_return_type = "Promise<NativeBroker>")]
-    pub fn connect(env: &Env, addr: String) -> napi::Result<Object<'_>, Code> {
-        bridge::promise(env, async move { Ok(TicketBroker::connect(&addr).await?) }, |inner| NativeBroker { inner })
+    pub fn connect(env: &Env, addrs: Vec<String>) -> napi::Result<Object<'_>, Code> {
+        bridge::promise(env, async move { Ok(TicketBroker::builder(addrs).connect().await?) }, |inner| NativeBroker {
+            inner,
+        })
     }
 
     /// Resolves to true once a request can be routed, false after

@@ -42,7 +42,8 @@ const typeCases = [
   ['withLock without a function', () => broker.withLock('k', { wait: 1, lease: 5 }), /function/],
   ['withLock with a string wait', () => broker.withLock('k', { wait: '1', lease: 5 }, () => 1), /wait/],
   ['withLock without options', () => broker.withLock('k', undefined, () => 1), /wait/],
-  ['connect with an array', () => TicketBroker.connect(['127.0.0.1:1']), /addr must be/],
+  ['connect with a number', () => TicketBroker.connect(5225), /addrs must be/],
+  ['connect with a number in the array', () => TicketBroker.connect(['127.0.0.1:1', 2]), /addrs must be/],
   // Counted and multi-key grants.
   ['acquireShared: key is a number', () => broker.acquireShared(1, 2, 1, 10), /key must be a string/],
   ['acquireShared: n is a string', () => broker.acquireShared('k', '2', 1, 10), /n must be a number/],
@@ -143,6 +144,33 @@ test('constructor: TypeError for wrong types, RangeError for bad values, thrown 
   })
   assert.throws(() => new TicketBroker(['127.0.0.1:1'], { tls: '' }), RangeError)
   assert.throws(() => new TicketBroker(['127.0.0.1:1'], { tls: '/nonexistent/ca.pem' }), RangeError)
+})
+
+test('connect takes one comma-separated string or an array (as TICKETING_ADDR holds them)', async () => {
+  const srv = await Server.start()
+  // A dead address first (bound, then closed): the broker routes to the live one.
+  const dead = await new Promise((resolve) => {
+    const s = require('node:net').createServer()
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address()
+      s.close(() => resolve(`127.0.0.1:${port}`))
+    })
+  })
+  try {
+    for (const addrs of [`${dead}, ${srv.addr}`, [dead, srv.addr]]) {
+      const b = await TicketBroker.connect(addrs)
+      try {
+        assert.equal(await b.waitReady(5), true)
+        const t = await b.acquire(key(), 5, 10)
+        assert.ok(t)
+        assert.equal(await t.release(), true)
+      } finally {
+        await b.close()
+      }
+    }
+  } finally {
+    await srv.stop()
+  }
 })
 
 test('fractions are accepted and rounded up, never clamped: on a real server', async () => {

@@ -123,17 +123,19 @@ impl Broker {
         Ok(Broker { inner: inner.map_err(to_pyerr)? })
     }
 
-    /// A broker for one address (the client opens two connections to it).
+    /// A broker for ``addrs`` (each may hold several, comma-separated; the
+    /// client opens two connections to each address).
     #[staticmethod]
-    fn connect(py: Python<'_>, addr: String) -> PyResult<Self> {
-        let inner = bridge::block_on(py, async move { TicketBroker::connect(&addr).await })?.map_err(to_pyerr)?;
+    fn connect(py: Python<'_>, addrs: Vec<String>) -> PyResult<Self> {
+        let inner =
+            bridge::block_on(py, async move { TicketBroker::builder(addrs).connect().await })?.map_err(to_pyerr)?;
         Ok(Broker { inner })
     }
 
     /// asyncio form of ``connect``.
     #[staticmethod]
-    fn connect_start(addr: String, done: Py<PyAny>) -> Pending {
-        bridge::start(async move { TicketBroker::connect(&addr).await }, done, |py, inner| {
+    fn connect_start(addrs: Vec<String>, done: Py<PyAny>) -> Pending {
+        bridge::start(async move { TicketBroker::builder(addrs).connect().await }, done, |py, inner| {
             Ok(Py::new(py, Broker { inner })?.into_any())
         })
     }

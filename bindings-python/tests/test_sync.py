@@ -37,6 +37,23 @@ def test_acquire_release(addr: str, key: str) -> None:
         assert t2.release() is True
 
 
+def test_connect_takes_one_comma_separated_string_or_a_list(addr: str, key: str) -> None:
+    # A dead address first (bound, then closed): the broker routes to the live one.
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = "127.0.0.1:%d" % s.getsockname()[1]
+    for addrs in (f"{dead}, {addr}", [dead, addr]):
+        with ticketing.TicketBroker.connect(addrs) as b:
+            assert b.wait_ready(5)
+            t = b.acquire(key, 5, 10)
+            assert t is not None
+            assert t.release() is True
+    with pytest.raises(TypeError):
+        ticketing.TicketBroker.connect([dead, 5])  # type: ignore[list-item]
+
+
 def test_none_on_timeout_and_wait_rounds_up(addr: str, key: str) -> None:
     with broker_for(addr) as a, broker_for(addr) as b:
         held = a.acquire(key, 0, 30)

@@ -43,11 +43,16 @@ impl Broker {
         Ok(Broker { inner: builder.build().map_err(|e| to_rb(ruby, e))? })
     }
 
-    /// `_connect(addr)`: one address; returns once a request could be
-    /// routed or the first connection attempts have settled.
-    pub(crate) fn connect(ruby: &Ruby, addr: String) -> Result<Self, Error> {
-        let inner = gvl::block_on(ruby, async move { TicketBroker::connect(&addr).await })?;
+    /// `_connect(addrs)`: returns once a request could be routed or the
+    /// first connection attempts have settled.
+    pub(crate) fn connect(ruby: &Ruby, addrs: Vec<String>) -> Result<Self, Error> {
+        let inner = gvl::block_on(ruby, async move { TicketBroker::builder(addrs).connect().await })?;
         Ok(Broker { inner: inner.map_err(|e| to_rb(ruby, e))? })
+    }
+
+    /// `_addrs` → the addresses, each comma-separated item taken apart.
+    pub(crate) fn addrs(&self) -> Vec<String> {
+        self.inner.addrs().to_vec()
     }
 
     /// `_wait_ready(seconds)` → true/false.

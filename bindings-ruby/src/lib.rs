@@ -33,6 +33,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     broker.undef_default_alloc_func();
     broker.define_singleton_method("_build", function!(broker::Broker::build, 5))?;
     broker.define_singleton_method("_connect", function!(broker::Broker::connect, 1))?;
+    broker.define_method("_addrs", method!(broker::Broker::addrs, 0))?;
     broker.define_method("_wait_ready", method!(broker::Broker::wait_ready, 1))?;
     broker.define_method("_acquire", method!(broker::Broker::acquire, 4))?;
     broker.define_method("_acquire_shared", method!(broker::Broker::acquire_shared, 5))?;

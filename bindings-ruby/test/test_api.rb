@@ -101,6 +101,21 @@ class TestApi < Minitest::Test
     t.release
   end
 
+  def test_connect_takes_one_comma_separated_string_or_an_array
+    dead = "127.0.0.1:#{TestHelper.free_port}"
+    ["#{dead}, #{server.addr}", [dead, server.addr]].each do |addrs|
+      b = Ticketing::TicketBroker.connect(addrs)
+      assert_equal [dead, server.addr], b.addrs
+      assert b.wait_ready(5)
+      t = b.acquire(TestHelper.unique_key, 5, 10, 0)
+      refute_nil t
+      assert t.release
+    ensure
+      b&.close
+    end
+    assert_raises(TypeError) { Ticketing::TicketBroker.connect([dead, 5]) }
+  end
+
   def test_close
     b = Ticketing::TicketBroker.connect(server.addr)
     key = TestHelper.unique_key

@@ -263,6 +263,24 @@ impl Builder {
     }
 }
 
+/// The addresses of `addrs` as a list: every item split at its commas,
+/// each part trimmed, empty parts dropped, so `["a:1,b:2", "c:3"]`,
+/// `["a:1", "b:2", "c:3"]` and `["a:1, b:2,c:3,"]` are the same three
+/// addresses (an address has no comma in it). What each language's
+/// `connect` and broker constructor do with one string or a list.
+pub fn addr_list<I, S>(addrs: I) -> Vec<String>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    addrs
+        .into_iter()
+        .flat_map(|a| {
+            a.into().split(',').map(str::trim).filter(|p| !p.is_empty()).map(str::to_owned).collect::<Vec<_>>()
+        })
+        .collect()
+}
+
 /// Cancels an acquire whose future is dropped (docs/client.md, Acquire step 7).
 struct CancelGuard {
     shared: Arc<Shared>,
@@ -285,7 +303,9 @@ impl Drop for CancelGuard {
 }
 
 impl TicketBroker {
-    /// A broker for one address (two connections to it). Resolves as soon as
+    /// A broker for one address, or several as one comma-separated string
+    /// (`"10.0.0.1:5225,10.0.0.2:5225"`, as `TICKETING_ADDR` and the CLI take
+    /// them; two connections to each). Resolves as soon as
     /// a request could be routed (what [`TicketBroker::wait_ready`] waits
     /// for), or once every first connection attempt has settled — refused,
     /// auth failure, or the 5 s handshake limit — whichever comes first, and
@@ -294,6 +314,12 @@ impl TicketBroker {
     /// error ([`Error::InvalidArgument`]).
     pub async fn connect(addr: &str) -> Result<TicketBroker> {
         TicketBroker::builder([addr]).connect().await
+    }
+
+    /// The addresses this broker connects to, as [`TicketBroker::builder`]
+    /// took them apart.
+    pub fn addrs(&self) -> &[String] {
+        &self.shared.config.addrs
     }
 
     /// A snapshot of the pool: whether a request could be routed now, the
@@ -318,14 +344,16 @@ impl TicketBroker {
         }
     }
 
-    /// A builder for several addresses (`host:port`; also the leader-hint allowlist).
+    /// A builder for several addresses (`host:port`; also the leader-hint
+    /// allowlist). Each item may itself be a comma-separated list, as
+    /// `TICKETING_ADDR` is ([`addr_list`]).
     pub fn builder<I, S>(addrs: I) -> Builder
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
         Builder {
-            addrs: addrs.into_iter().map(Into::into).collect(),
+            addrs: addr_list(addrs),
             token: Default::default(),
             tls: Tls::Off,
             tls_client_cert: None,
@@ -471,6 +499,17 @@ mod tests {
         assert!(rt.block_on(waiting).unwrap());
         drop(rx);
         send_from_drop(tx, Cmd::Cancel { cid: 4 });
+    }
+
+    #[test]
+    fn an_address_list_is_split_at_commas_and_trimmed() {
+        let want = ["a:1", "b:2", "c:3"];
+        assert_eq!(addr_list(["a:1,b:2", "c:3"]), want);
+        assert_eq!(addr_list(["a:1, b:2,c:3,"]), want);
+        assert_eq!(addr_list(want), want);
+        assert_eq!(addr_list(["[::1]:5225"]), ["[::1]:5225"]);
+        assert!(addr_list([" , "]).is_empty());
+        assert_eq!(TicketBroker::builder([","]).build().unwrap_err().code(), "invalid_argument");
     }
 
     #[test]

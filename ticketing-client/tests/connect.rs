@@ -71,7 +71,7 @@ async fn connect_to_a_silent_server_returns_the_broker_at_the_handshake_limit() 
 }
 
 #[tokio::test]
-async fn the_seed_pattern_connect_wait_ready_acquire() {
+async fn connect_wait_ready_acquire() {
     let fake = Fake::start(granting()).await;
     let b = TicketBroker::connect(&fake.addr).await.unwrap();
     assert!(b.wait_ready(secs(5.0)).await);
@@ -105,4 +105,25 @@ async fn connect_to_a_dead_address_resolves_fast_and_the_broker_stays_usable() {
     assert_eq!(b.acquire_secs("k", 0.0, 5.0, 0.0).await.unwrap_err(), Error::Unavailable);
     assert!(start.elapsed() < secs(4.5), "dead address fails fast, not at the 5 s limit");
     b.close().await;
+}
+
+#[tokio::test]
+async fn connect_takes_a_comma_separated_list_as_ticketing_addr_gives_it() {
+    let fake = Fake::start(granting()).await;
+    // A dead address first: the broker connects to both and routes to the live one.
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let list = format!("{dead}, {},", fake.addr);
+    let b = TicketBroker::connect(&list).await.unwrap();
+    assert_eq!(b.addrs(), [dead.clone(), fake.addr.clone()]);
+    assert!(b.wait_ready(secs(5.0)).await);
+    let t = b.acquire("key", secs(5.0), secs(30.0), secs(2.0)).await.unwrap().expect("granted");
+    assert!(t.release().await.unwrap());
+    b.close().await;
+    // The builder takes the same list, as one string or split.
+    let split = TicketBroker::builder([dead.as_str(), fake.addr.as_str()]).build().unwrap();
+    assert_eq!(split.addrs(), b.addrs());
+    split.close().await;
 }

@@ -65,7 +65,8 @@ _PathLike = Union[str, "os.PathLike[str]"]
 
 
 def _addr_list(addrs: Union[str, Iterable[str]]) -> list[str]:
-    """The configured addresses as a list; a single string is one address."""
+    """The configured addresses as a list; a single string is one item (the
+    library splits every item at its commas: ``"a:1,b:2"`` is two addresses)."""
     if isinstance(addrs, str):
         return [addrs]
     return list(addrs)
@@ -110,15 +111,16 @@ class TicketBroker:
         self._native = _native.Broker(_addr_list(addrs), token, tls, tls_client_cert, tls_client_key)
 
     @classmethod
-    def connect(cls, addr: str) -> "TicketBroker":
-        """A broker for one address, e.g. ``"127.0.0.1:5225"`` (no token, no
-        TLS). Returns as soon as a request could be routed, or once every
+    def connect(cls, addrs: Union[str, Iterable[str]]) -> "TicketBroker":
+        """A broker for one address, e.g. ``"127.0.0.1:5225"``, or several: a
+        list, or one string with the addresses separated by commas, as
+        ``TICKETING_ADDR`` holds them (no token, no TLS). Returns as soon as a request could be routed, or once every
         first connection attempt has settled (failed: at most the 5 s
         handshake limit; a refused address returns at once), whichever comes
         first; the broker is returned either way and keeps reconnecting in
         the background."""
         self = cls.__new__(cls)
-        self._native = _native.Broker.connect(addr)
+        self._native = _native.Broker.connect(_addr_list(addrs))
         return self
 
     def wait_ready(self, timeout: Seconds) -> bool:

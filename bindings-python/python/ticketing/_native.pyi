@@ -68,10 +68,10 @@ class Broker:
         tls_client_key: Optional[Union[str, os.PathLike[str]]] = None,
     ) -> Broker: ...
     @staticmethod
-    def connect(addr: str) -> Broker:
-        """A broker for one address."""
+    def connect(addrs: list[str]) -> Broker:
+        """A broker for ``addrs`` (each may hold several, comma-separated)."""
     @staticmethod
-    def connect_start(addr: str, done: _Done) -> Pending:
+    def connect_start(addrs: list[str], done: _Done) -> Pending:
         """asyncio form of ``connect``."""
     def wait_ready(self, timeout: _Seconds) -> bool:
         """Waits up to ``timeout`` seconds for a ready connection."""

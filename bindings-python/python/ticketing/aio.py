@@ -164,9 +164,10 @@ class TicketBroker:
         self._native = _native.Broker(_addr_list(addrs), token, tls, tls_client_cert, tls_client_key)
 
     @classmethod
-    async def connect(cls, addr: str) -> "TicketBroker":
-        """A broker for one address, e.g. ``"127.0.0.1:5225"``."""
-        native = await _run(lambda done: _native.Broker.connect_start(addr, done))
+    async def connect(cls, addrs: Union[str, Iterable[str]]) -> "TicketBroker":
+        """A broker for one address, e.g. ``"127.0.0.1:5225"``, or several (a
+        list, or one comma-separated string, as ``TICKETING_ADDR`` holds them)."""
+        native = await _run(lambda done: _native.Broker.connect_start(_addr_list(addrs), done))
         self = cls.__new__(cls)
         self._native = native
         return self

@@ -16,7 +16,9 @@ module Ticketing
       # allowlist for leader hints). Does not wait for a connection: see
       # {#wait_ready}.
       #
-      # @param addrs [Array<String>, String] +"host:port"+ addresses
+      # @param addrs [Array<String>, String] +"host:port"+ addresses: an
+      #   Array, or one String of one address or several separated by commas
+      #   (as +TICKETING_ADDR+ holds them)
       # @param token [String, nil] the client token (the server's
       #   +client_tokens+); it never crosses the network
       # @param tls [String] +"off"+ (default), +"system-roots"+, a path to a
@@ -32,12 +34,7 @@ module Ticketing
       # @raise [TypeError] a non-String address, token, tls or client
       #   certificate path
       def new(addrs, token: nil, tls: "off", tls_client_cert: nil, tls_client_key: nil)
-        list = addrs.is_a?(String) ? [addrs] : addrs
-        raise TypeError, "addrs must be an Array of \"host:port\" Strings" unless list.is_a?(Array)
-
-        list.each do |a|
-          raise TypeError, "every address must be a String, not #{a.class}" unless a.is_a?(String)
-        end
+        list = addr_list(addrs)
         raise TypeError, "token must be a String or nil" unless token.nil? || token.is_a?(String)
         raise TypeError, "tls must be a String" unless tls.is_a?(String)
 
@@ -47,30 +44,44 @@ module Ticketing
           raise TypeError, "#{name} must be a String path or nil" unless v.nil? || v.is_a?(String)
         end
 
-        named(_build(list, token, tls, tls_client_cert, tls_client_key), list)
+        named(_build(list, token, tls, tls_client_cert, tls_client_key))
       end
 
-      # A broker for one address (the library opens two connections to it).
+      # A broker for one address, or several (an Array, or one String with
+      # the addresses separated by commas, as +TICKETING_ADDR+ holds them;
+      # the library opens two connections to each).
       # Returns as soon as a request could be routed, or once the first
       # connection attempts have settled (at most the 5 s handshake limit);
       # a server that is down does not make it fail: the broker keeps
       # reconnecting.
       #
-      # @param addr [String] +"host:port"+
+      # @param addrs [String, Array<String>] +"host:port"+, or several
       # @return [TicketBroker]
-      # @raise [ArgumentError] a bad address
-      def connect(addr)
-        raise TypeError, "addr must be a \"host:port\" String, not #{addr.class}" unless addr.is_a?(String)
-
-        named(_connect(addr), [addr])
+      # @raise [ArgumentError] no address or a bad address
+      # @raise [TypeError] a non-String address
+      def connect(addrs)
+        named(_connect(addr_list(addrs)))
       end
 
       private :_build, :_connect
 
       private
 
-      def named(broker, addrs)
-        broker.instance_variable_set(:@addrs, addrs.map { |a| a.dup.freeze }.freeze)
+      # The addresses as given (a String or an Array of Strings); the
+      # library splits each at its commas.
+      def addr_list(addrs)
+        list = addrs.is_a?(String) ? [addrs] : addrs
+        raise TypeError, "addrs must be a \"host:port\" String or an Array of them, not #{addrs.class}" unless list.is_a?(Array)
+
+        list.each do |a|
+          raise TypeError, "every address must be a String, not #{a.class}" unless a.is_a?(String)
+        end
+        list
+      end
+
+      # The broker with its addresses as the library took them apart.
+      def named(broker)
+        broker.instance_variable_set(:@addrs, broker.send(:_addrs).map(&:freeze).freeze)
         broker
       end
     end
@@ -259,7 +270,7 @@ module Ticketing
     end
     alias to_s inspect
 
-    private :_wait_ready, :_acquire, :_acquire_shared, :_acquire_all, :_read_lock, :_write_lock, :_close
+    private :_addrs, :_wait_ready, :_acquire, :_acquire_shared, :_acquire_all, :_read_lock, :_write_lock, :_close
 
     private
 
