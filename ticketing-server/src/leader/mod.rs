@@ -35,6 +35,7 @@
 pub mod contention;
 pub mod projection;
 mod proposals;
+pub mod stats;
 pub mod timers;
 
 #[cfg(test)]
@@ -45,7 +46,6 @@ pub use proposals::{Batch, BatchId, MAX_BATCHES_IN_FLIGHT, MAX_BATCH_BYTES, MAX_
 use crate::config::Limits;
 use crate::domain_time::{self, DomainClock};
 use crate::locks::{GrantKind, Holder, LockState};
-use crate::manager::metrics::Metrics;
 use crate::replication::{self, Leadership};
 use projection::{Grant, Projection, QueuedQuery, QueuedRelease, Waiter};
 use proposals::Outbox;
@@ -210,10 +210,26 @@ pub struct LockInfo {
     pub domain_time_ms: u64,
 }
 
+/// A wall clock: microseconds since the Unix epoch.
+pub type WallClock = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// The system's wall clock, for [`Leader::new`].
+pub fn system_wall() -> WallClock {
+    Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+            .unwrap_or(0)
+    })
+}
+
 /// The leader (see the module docs).
 pub struct Leader {
     limits: Limits,
-    metrics: Arc<Metrics>,
+    /// What it counted since the driver last took it.
+    stats: stats::Stats,
+    /// The wall clock (µs since the Unix epoch), read when a command needs it.
+    wall: WallClock,
     advertise: Addr,
     /// The latest `now` given to an input.
     now: Instant,
@@ -247,11 +263,15 @@ impl Leader {
     /// A leader that serves nothing until [`Leader::handle_leadership`]
     /// says so. `advertise` is this node's client address (never named in
     /// a redirect, see [`replication::redirect`]).
-    pub fn new(limits: Limits, metrics: Arc<Metrics>, advertise: Addr, now: Instant) -> Leader {
+    /// `wall` is the wall clock the tokens of new grants start from
+    /// (docs/protocol.md, "Tokens"): the system's in the server
+    /// ([`system_wall`]), a simulated one in tests.
+    pub fn new(limits: Limits, advertise: Addr, now: Instant, wall: WallClock) -> Leader {
         let grace_dt = u64::try_from(limits.start_grace.as_millis()).unwrap_or(u64::MAX);
         Leader {
             limits,
-            metrics,
+            stats: stats::Stats::default(),
+            wall,
             advertise,
             now,
             proj: Projection::new(),
@@ -274,6 +294,11 @@ impl Leader {
     /// Sets the number of projected keys above which a key that is only
     /// held leaves the projection (default [`projection::DORMANT_ABOVE`];
     /// tests and the fuzz target use 0 to take that path always).
+    /// What it counted since the last call (the driver exports it).
+    pub fn take_stats(&mut self) -> stats::Stats {
+        std::mem::take(&mut self.stats)
+    }
+
     pub fn set_dormant_above(&mut self, n: usize) {
         self.proj.set_dormant_above(n);
     }
@@ -452,13 +477,13 @@ impl Leader {
 
     /// Answers `w` with `T` (its wait ended without a grant).
     fn time_out(&mut self, w: Waiter) {
-        self.metrics.timeouts.inc();
+        self.stats.timeouts += 1;
         self.reply(w.conn, w.id, ServerFrame::Timeout { id: w.id, key: w.key });
     }
 
     /// Answers request `id` on `key` with `B` (a limit is reached).
     fn refuse_busy(&mut self, conn: ConnId, id: RequestId, key: Key) {
-        self.metrics.busy.inc();
+        self.stats.busy += 1;
         self.reply(conn, id, ServerFrame::Busy { id, key });
     }
 
@@ -671,7 +696,7 @@ impl Leader {
     /// Answers `w` with `B` for one of its principal's caps.
     fn refuse_principal_busy(&mut self, w: &Waiter) {
         if let Some(name) = &w.principal {
-            self.metrics.principal_busy(name);
+            *self.stats.principal_busy.entry(name.to_string()).or_default() += 1;
         }
         self.refuse_busy(w.conn, w.id, w.key.clone());
     }
@@ -798,7 +823,7 @@ impl Leader {
             }
             _ => ServerFrame::NotHolder { id, key: key.clone() },
         };
-        self.metrics.queries.inc();
+        self.stats.queries += 1;
         self.reply(conn, id, frame);
         self.proj.remove_if_idle(key);
     }

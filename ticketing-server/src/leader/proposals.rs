@@ -7,7 +7,6 @@ use super::projection::{Grant, Holding, Waiter};
 use super::{AppliedView, ConnId, Delivery, Leader};
 use crate::locks::{Applied, Command, FreeReason, GrantKind, Issued, NextHolder};
 use crate::replication::{BatchOutcome, ProposeError};
-use std::time::{SystemTime, UNIX_EPOCH};
 use ticketing_proto::{ErrorCode, Key, Owner, RequestId, ServerFrame, Token};
 use tracing::{debug, warn};
 
@@ -136,10 +135,6 @@ impl InFlight {
     }
 }
 
-fn wall_micros() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)).unwrap_or(0)
-}
-
 fn next_holders(next: &[Waiter]) -> Vec<NextHolder> {
     next.iter().map(|w| NextHolder { owner: w.owner.clone(), lease_s: w.lease, kind: w.kind.clone() }).collect()
 }
@@ -258,7 +253,7 @@ impl Leader {
     pub(super) fn grant(&mut self, w: Waiter) {
         self.hold_committing(&w);
         let dt = self.domain_now(self.now);
-        let (owner, lease_s, micros) = (w.owner.clone(), w.lease, wall_micros());
+        let (owner, lease_s, micros) = (w.owner.clone(), w.lease, (self.wall)());
         let cmd = match &w.kind {
             GrantKind::Exclusive => Command::Grant { key: w.key.clone(), owner, lease_s, micros, dt },
             GrantKind::Shared { n } => Command::GrantShared { key: w.key.clone(), owner, n: *n, lease_s, micros, dt },
@@ -416,7 +411,7 @@ impl Leader {
             owner: freed.0.clone(),
             token: freed.1,
             next: next_holders(&next),
-            micros: wall_micros(),
+            micros: (self.wall)(),
             dt,
         };
         self.propose(cmd, Intent::Free { reason, by, freed, next, dt });
@@ -433,8 +428,8 @@ impl Leader {
         }
         let waited = now.saturating_duration_since(w.read_at);
         let waited_ms = u32::try_from(waited.as_millis()).unwrap_or(u32::MAX);
-        self.metrics.observe_grant(waited_ms);
-        self.metrics.observe_kind(&w.kind);
+        self.stats.grant_waits_ms.push(waited_ms);
+        self.stats.grants_by_kind[w.kind.index()] += 1;
         let frame = match slot {
             Some(slot) => {
                 ServerFrame::GrantedShared { id: w.id, key: w.key.clone(), owner: w.owner, token, waited_ms, slot }
@@ -505,7 +500,7 @@ impl Leader {
             self.tick_in_flight = false;
             match result {
                 Ok(_) => {
-                    self.metrics.ticks.inc();
+                    self.stats.ticks += 1;
                 }
                 Err(e) => debug!(error = ?e, "tick not committed"),
             }
@@ -552,11 +547,11 @@ impl Leader {
                 let key = &keys[0];
                 match by {
                     Some((conn, id)) => {
-                        self.metrics.releases_released.inc();
+                        self.stats.releases_released += 1;
                         self.reply(conn, id, ServerFrame::Released { id, key: key.clone() });
                     }
                     None => {
-                        self.metrics.expiries.inc();
+                        self.stats.expiries += 1;
                     }
                 }
                 self.proj.remove_holder(key, &freed.0, freed.1);
@@ -579,7 +574,7 @@ impl Leader {
                 }
             }
             (Intent::Free { by: Some((conn, id)), next, .. }, Ok(other)) => {
-                self.metrics.releases_not_holder.inc();
+                self.stats.releases_not_holder += 1;
                 let key = keys[0].clone();
                 self.reply(conn, id, ServerFrame::NotHolder { id, key });
                 let surprise = !next.is_empty() || !matches!(other, Applied::NotHolder);
@@ -597,7 +592,7 @@ impl Leader {
             // A tick was routed above.
             (Intent::Tick, _) => {}
             (intent, Err(e)) => {
-                self.metrics.proposal_errors.inc();
+                self.stats.proposal_errors += 1;
                 warn!(keys = ?keys, error = ?e, "proposal failed");
                 let frame = self.error_frame(&e);
                 let fatal = |l: &mut Leader, conn| l.send(conn, Delivery::Fatal(frame.clone()));

@@ -6,6 +6,7 @@
 
 use super::*;
 use crate::locks::GrantKind;
+use crate::manager::Metrics;
 use crate::test_fields::{k, o, t0};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -42,7 +43,7 @@ impl Sim {
     fn with_state(limits: Limits, state: LockState) -> Sim {
         let now = t0();
         let metrics = Arc::new(Metrics::default());
-        let mut leader = Leader::new(limits, metrics.clone(), Addr::new(ME).unwrap(), now);
+        let mut leader = Leader::new(limits, Addr::new(ME).unwrap(), now, system_wall());
         // Every idle held key leaves the projection, so each test also checks
         // the dormant path (docs/benchmarks.md, "Optimizations: memory").
         leader.set_dormant_above(0);
@@ -76,6 +77,7 @@ impl Sim {
                 self.commit();
             }
         }
+        self.metrics.record_leader(self.leader.take_stats());
         self.leader.check();
     }
 

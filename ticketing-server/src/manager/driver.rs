@@ -73,7 +73,7 @@ pub(super) fn start(
     let (done_tx, done_rx) = mpsc::channel(DONE_QUEUE);
     let leadership = replicator.leadership();
     let driver = Driver {
-        leader: Leader::new(limits, metrics.clone(), advertise, now()),
+        leader: Leader::new(limits, advertise, now(), crate::leader::system_wall()),
         replicator,
         metrics,
         conns: HashMap::new(),
@@ -129,6 +129,7 @@ impl Driver {
                     let _ = done.send(());
                 }
             }
+            self.metrics.record_leader(self.leader.take_stats());
             self.metrics.waiters.set(gauge_value(self.leader.waiters()));
             self.metrics.held_keys.set(gauge_value(self.leader.held()));
         }

@@ -375,11 +375,6 @@ impl Metrics {
         self.forbidden.get_or_create(&vec![("principal".to_owned(), principal.to_owned())]).inc();
     }
 
-    /// Counts one acquire of `principal` answered `B` for its own cap.
-    pub fn principal_busy(&self, principal: &str) {
-        self.principal_busy.get_or_create(&vec![("principal".to_owned(), principal.to_owned())]).inc();
-    }
-
     /// Counts one reload: `ok` when every file was re-read.
     pub fn count_reload(&self, ok: bool) {
         if ok {
@@ -389,16 +384,33 @@ impl Metrics {
         }
     }
 
-    /// Counts one committed grant of `kind` (by kind).
-    pub fn observe_kind(&self, kind: &crate::locks::GrantKind) {
-        self.grants_by_kind[kind.index()].inc();
-    }
-
     /// Counts one committed grant that waited `waited_ms` since its `A` was read.
     pub fn observe_grant(&self, waited_ms: u32) {
         self.grants.inc();
         self.grant_wait_ms_sum.inc_by(u64::from(waited_ms));
         self.grant_wait.observe(f64::from(waited_ms) / 1000.0);
+    }
+
+    /// Adds what the leader counted (its [`crate::leader::stats::Stats`]
+    /// since the last call).
+    pub fn record_leader(&self, s: crate::leader::stats::Stats) {
+        self.timeouts.inc_by(s.timeouts);
+        self.busy.inc_by(s.busy);
+        self.queries.inc_by(s.queries);
+        self.ticks.inc_by(s.ticks);
+        self.releases_released.inc_by(s.releases_released);
+        self.expiries.inc_by(s.expiries);
+        self.releases_not_holder.inc_by(s.releases_not_holder);
+        self.proposal_errors.inc_by(s.proposal_errors);
+        for (c, n) in self.grants_by_kind.iter().zip(s.grants_by_kind) {
+            c.inc_by(n);
+        }
+        for waited_ms in s.grant_waits_ms {
+            self.observe_grant(waited_ms);
+        }
+        for (principal, n) in s.principal_busy {
+            self.principal_busy.get_or_create(&vec![("principal".to_owned(), principal)]).inc_by(n);
+        }
     }
 
     /// The OpenMetrics text of every metric.
