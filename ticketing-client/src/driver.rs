@@ -17,6 +17,13 @@ use ticketing_proto::session::CloseReason;
 use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, warn};
 
+/// Now, on tokio's clock (the real monotonic clock unless the runtime's
+/// time is paused): the one clock the client reads; the sans-IO core takes
+/// it as an input.
+pub(crate) fn now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 /// Commands from the handles waiting for the driver. A full queue makes
 /// the async calls wait (back-pressure); a `Drop` that finds it full hands
 /// its command to a task that waits (docs/configuration.md, "Queues").
@@ -141,7 +148,7 @@ pub(crate) async fn run(broker: Broker, tls: Option<Arc<ClientConfig>>, mut cmds
             cmd = cmds.recv(), if cmds_open => d.on_cmd_or_end(cmd, &mut cmds_open),
             Some(io) = io_rx.recv() => d.on_io(io),
             _ = sleep => {
-                let now = Instant::now();
+                let now = now();
                 d.broker.handle_timeout(now);
                 d.expire_waiters(now);
             }
@@ -182,24 +189,24 @@ impl Driver {
             None => {
                 // Every handle is gone: close (best-effort releases), then stop.
                 *cmds_open = false;
-                self.broker.close(Instant::now());
+                self.broker.close(now());
             }
         }
     }
 
     fn on_io(&mut self, io: Io) {
         match io {
-            Io::Data(conn, bytes) => self.broker.handle_input(Instant::now(), conn, &bytes),
-            Io::Lost(conn) => self.broker.handle_conn_lost(Instant::now(), conn),
+            Io::Data(conn, bytes) => self.broker.handle_input(now(), conn, &bytes),
+            Io::Lost(conn) => self.broker.handle_conn_lost(now(), conn),
             Io::Failed(conn, error) => {
                 self.last_error = Some(error);
-                self.broker.handle_conn_lost(Instant::now(), conn);
+                self.broker.handle_conn_lost(now(), conn);
             }
         }
     }
 
     fn on_cmd(&mut self, cmd: Cmd) {
-        let now = Instant::now();
+        let now = now();
         match cmd {
             Cmd::Acquire { cid, params, reply } => {
                 let op = match &params {
@@ -285,7 +292,7 @@ impl Driver {
                     warn!(conn = conn.0, queued = OUTBOUND_QUEUE, "the server does not read; dropping the connection");
                     c.abort();
                     self.last_error = Some("the server stopped reading; connection dropped".into());
-                    self.broker.handle_conn_lost(Instant::now(), conn);
+                    self.broker.handle_conn_lost(now(), conn);
                 }
             }
             while let Some(ev) = self.broker.poll_event() {
@@ -324,14 +331,14 @@ impl Driver {
                 let Some((cid, reply)) = self.acquires.remove(&op) else {
                     // Nobody waits (cancelled): a grant is released.
                     if let Ok(Some(grant)) = result {
-                        self.broker.compensate(Instant::now(), &grant);
+                        self.broker.compensate(now(), &grant);
                     }
                     return;
                 };
                 self.by_cid.remove(&cid);
                 if let Err(Ok(Some(grant))) = reply.send(result) {
                     // The caller went away between the grant and its delivery (docs/client.md, Acquire step 7).
-                    self.broker.compensate(Instant::now(), &grant);
+                    self.broker.compensate(now(), &grant);
                 }
             }
             BrokerEvent::Released { op, result } => {

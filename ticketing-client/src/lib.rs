@@ -97,7 +97,7 @@ struct Shared {
 
 impl Shared {
     fn spawn_driver(config: &BrokerConfig, tls: &Option<Arc<ClientConfig>>) -> Result<mpsc::Sender<Cmd>> {
-        let broker = Broker::new(Instant::now(), config.clone(), Box::new(rand_core::OsRng))?;
+        let broker = Broker::new(crate::driver::now(), config.clone(), Box::new(rand_core::OsRng))?;
         let (tx, rx) = mpsc::channel(driver::COMMAND_QUEUE);
         runtime::io_runtime().spawn(driver::run(broker, tls.clone(), rx));
         Ok(tx)
@@ -368,7 +368,7 @@ impl TicketBroker {
             return false;
         }
         let (reply, rx) = oneshot::channel();
-        let deadline = later(Instant::now(), timeout);
+        let deadline = later(crate::driver::now(), timeout);
         if self.shared.send(Cmd::WaitReady { deadline, reply }).await.is_err() {
             return false;
         }

@@ -77,7 +77,7 @@ impl Ticket {
 
     /// Conservative time left (docs/client.md, Acquire step 4), 0 once expired.
     pub fn remaining(&self) -> Duration {
-        self.grant.deadline.saturating_duration_since(Instant::now())
+        self.grant.deadline.saturating_duration_since(crate::driver::now())
     }
 
     /// The conservative deadline: `t_send + waited_ms + lease × 0.999`.

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod clock;
 pub mod backup;
 pub mod cluster;
 pub mod config;

@@ -12,7 +12,7 @@ use openraft::{ChangeMembers, ServerState};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tracing::{debug, info, warn};
 
 /// How long `--bootstrap` keeps trying to reach every peer.
@@ -205,7 +205,7 @@ pub async fn bootstrap(node: Arc<Node>, pool: Arc<Pool>) -> Result<(), Bootstrap
 /// [`BOOTSTRAP_PATIENCE`]) until all answer; refused if any belongs to a
 /// domain or has Raft state.
 async fn peer_statuses(node: &Node, pool: &Pool) -> Result<BTreeMap<String, PeerStatus>, BootstrapRefusal> {
-    let deadline = Instant::now() + BOOTSTRAP_PATIENCE;
+    let deadline = crate::clock::now() + BOOTSTRAP_PATIENCE;
     loop {
         let mut found = BTreeMap::new();
         let mut missing = Vec::new();
@@ -227,7 +227,7 @@ async fn peer_statuses(node: &Node, pool: &Pool) -> Result<BTreeMap<String, Peer
         if missing.is_empty() {
             return Ok(found);
         }
-        if Instant::now() >= deadline {
+        if crate::clock::now() >= deadline {
             return Err(BootstrapRefusal::PeersMissing { missing });
         }
         debug!(missing = ?missing, "bootstrap: waiting for peers");
@@ -493,12 +493,12 @@ pub async fn grow(node: &Node, pool: &Pool, add: &[String]) -> Result<(), String
 /// The status of a node about to be added, asked until it answers (a node
 /// just started may not listen yet) for up to [`NEW_NODE_PATIENCE`].
 async fn new_node_status(pool: &Pool, addr: &str) -> Result<PeerStatus, String> {
-    let deadline = Instant::now() + NEW_NODE_PATIENCE;
+    let deadline = crate::clock::now() + NEW_NODE_PATIENCE;
     loop {
         match pool.call(addr, None, Body::StatusReq, PROBE_TIMEOUT).await {
             Ok(Body::StatusResp(s)) => return Ok(s),
             Ok(_) => return Err(format!("{addr}: unexpected answer")),
-            Err(e) if Instant::now() >= deadline => {
+            Err(e) if crate::clock::now() >= deadline => {
                 return Err(format!("{addr}: {e}: start the new node first (without --bootstrap)"))
             }
             Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
@@ -581,14 +581,14 @@ const RESTORE_TIMEOUT: Duration = Duration::from_secs(60);
 /// committed as the domain's first command; the node serves only then.
 pub async fn restore(node: &Node, sm: &super::store::StateMachine, r: &crate::config::Restore) -> Result<(), String> {
     let raft = node.raft.get().ok_or("raft is not running")?;
-    let deadline = Instant::now() + RESTORE_TIMEOUT;
+    let deadline = crate::clock::now() + RESTORE_TIMEOUT;
     loop {
         let m = raft.metrics().borrow().clone();
         let leads = m.state == ServerState::Leader && m.current_leader == Some(node.id);
         if leads && m.last_applied.is_some_and(|l| l.leader_id.get_term() == m.current_term) {
             break;
         }
-        if Instant::now() >= deadline {
+        if crate::clock::now() >= deadline {
             return Err(format!("this node did not lead the new domain within {}s", RESTORE_TIMEOUT.as_secs()));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

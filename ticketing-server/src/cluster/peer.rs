@@ -444,7 +444,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             last: rpc.entries.last().map(|e| e.log_id).or(rpc.prev_log_id),
         };
         // Before the write: the follower sees the request after this instant.
-        let at = std::time::Instant::now();
+        let at = crate::clock::now();
         let sent =
             self.pool.send(&self.addr, Some(self.target), Body::AppendReq(rpc)).await.map_err(transport_error)?;
         let seq = self.in_flight.push(range.clone(), at, sent);

@@ -44,7 +44,7 @@ impl Replicator for ClusterReplicator {
         let commit_seconds = self.commit_seconds.clone();
         // The manager checks that the outcomes match the commands (`on_done`).
         Proposal::Pending(Box::pin(async move {
-            let started = Instant::now();
+            let started = crate::clock::now();
             match tokio::time::timeout(limit, raft.client_write(types::Batch(cmds))).await {
                 Ok(Ok(resp)) => {
                     if let Some(h) = &commit_seconds {
@@ -82,7 +82,7 @@ impl ClusterReplicator {
     /// quorum limit (`--election-timeout-max-ms`): a follower that hears a
     /// leader (`/readyz`).
     pub fn hears_leader(&self) -> bool {
-        self.node.hurry.heard_within(Instant::now(), self.node.quorum_limit)
+        self.node.hurry.heard_within(crate::clock::now(), self.node.quorum_limit)
     }
 
     /// The admin HTTP address of the leader this node knows, if it has one.
@@ -174,7 +174,7 @@ pub(super) async fn publish_leadership(rep: Arc<ClusterReplicator>, quorum_limit
     let tick = Duration::from_millis(20);
     loop {
         let m = metrics.borrow_and_update().clone();
-        let now = Instant::now();
+        let now = crate::clock::now();
         let is_leader = m.state == ServerState::Leader && m.current_leader == Some(rep.node.id);
         // Anchor the last quorum ack in local time whenever metrics report it.
         ack_at = match (is_leader, m.millis_since_quorum_ack) {

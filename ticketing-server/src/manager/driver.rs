@@ -44,11 +44,8 @@ impl AppliedView for Applied<'_> {
     }
 }
 
-/// The clock, read by the driver alone (the leader takes it as an input).
-/// Tokio's clock, so a paused test runtime drives the leader too.
-fn now() -> std::time::Instant {
-    Instant::now().into_std()
-}
+// The clock, read by the driver alone (the leader takes it as an input).
+use crate::clock::now;
 
 struct Driver {
     leader: Leader,

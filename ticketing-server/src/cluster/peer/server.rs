@@ -3,7 +3,6 @@
 //! byte budgets, and the answer to every request.
 
 use super::*;
-use std::time::Instant;
 
 /// Serves the peer port until the process ends. At most
 /// `--max-peer-connections` connections at once: one more is answered
@@ -309,7 +308,7 @@ async fn respond(node: &Arc<Node>, env: Envelope) -> Body {
             if let Some(d) = env.domain {
                 node.adopt_domain(d);
             }
-            node.hurry.leader_contact(Instant::now());
+            node.hurry.leader_contact(crate::clock::now());
             Body::AppendResp(raft.append_entries(req).await)
         }
         Body::SnapshotReq(req) => {
@@ -332,7 +331,7 @@ async fn respond(node: &Arc<Node>, env: Envelope) -> Body {
             let probe = req.clone();
             let resp = raft.vote(req).await;
             if let Ok(r) = &resp {
-                if let Some(term) = node.hurry.campaign_above(node.id, Instant::now(), node.quorum_limit, &probe, r) {
+                if let Some(term) = node.hurry.campaign_above(node.id, crate::clock::now(), node.quorum_limit, &probe, r) {
                     node.hurry.start(raft.clone(), term, node.heartbeat);
                 }
             }
