@@ -4,8 +4,8 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
-pub mod clock;
 pub mod backup;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod conn;

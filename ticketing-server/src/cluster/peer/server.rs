@@ -331,7 +331,9 @@ async fn respond(node: &Arc<Node>, env: Envelope) -> Body {
             let probe = req.clone();
             let resp = raft.vote(req).await;
             if let Ok(r) = &resp {
-                if let Some(term) = node.hurry.campaign_above(node.id, crate::clock::now(), node.quorum_limit, &probe, r) {
+                if let Some(term) =
+                    node.hurry.campaign_above(node.id, crate::clock::now(), node.quorum_limit, &probe, r)
+                {
                     node.hurry.start(raft.clone(), term, node.heartbeat);
                 }
             }
