@@ -5,11 +5,11 @@
 
 use crate::conn::{self, ConnContext, ConnGauge};
 use crate::manager::ConnId;
+use crate::net::Accept;
 use crate::preauth::PreAuth;
 use crate::reload::ClientTls;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{broadcast, mpsc, Semaphore};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
@@ -19,9 +19,9 @@ use tracing::{debug, info_span, warn, Instrument};
 const MAX_REFUSING: usize = 1024;
 
 /// The accept loop's state.
-pub struct Listener {
-    /// The client port.
-    pub listener: TcpListener,
+pub struct Listener<A: Accept> {
+    /// The client port (TCP; a simulated one in a simulation).
+    pub listener: A,
     /// One permit per allowed connection (`--max-connections`).
     pub limit: Arc<Semaphore>,
     /// TLS on the client port, if configured (replaced on reload: each accept takes the current one).
@@ -39,7 +39,7 @@ pub struct Listener {
     pub preauth: PreAuth,
 }
 
-impl Listener {
+impl<A: Accept> Listener<A> {
     /// Accepts connections until the task is dropped. Accept errors (for
     /// example running out of file descriptors) are logged and retried after
     /// a short pause; they never stop the server.
@@ -55,7 +55,6 @@ impl Listener {
                     continue;
                 }
             };
-            let _ = socket.set_nodelay(true);
             next_id += 1;
             let id = ConnId(next_id);
             let deadline = Instant::now() + self.handshake_timeout;
@@ -112,13 +111,17 @@ impl Listener {
     }
 }
 
-enum Either {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+enum Either<S> {
+    Plain(S),
+    Tls(Box<tokio_rustls::server::TlsStream<S>>),
 }
 
 /// The TLS handshake (if TLS is on), bounded by the handshake deadline.
-async fn handshake_tls(tls: Option<TlsAcceptor>, socket: TcpStream, deadline: Instant) -> Option<Either> {
+async fn handshake_tls<S: crate::net::Conn>(
+    tls: Option<TlsAcceptor>,
+    socket: S,
+    deadline: Instant,
+) -> Option<Either<S>> {
     let Some(acceptor) = tls else { return Some(Either::Plain(socket)) };
     match tokio::time::timeout_at(deadline, acceptor.accept(socket)).await {
         Ok(Ok(s)) => Some(Either::Tls(Box::new(s))),

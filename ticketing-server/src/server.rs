@@ -11,6 +11,7 @@ use crate::durable::DataDir;
 use crate::listener::Listener;
 use crate::manager::metrics::gauge_value;
 use crate::manager::{self, ManagerHandle, Metrics};
+use crate::net::{Accept, Net};
 use crate::reload::Material;
 use crate::replication::{Replicator, Standalone};
 use anyhow::{anyhow, Context, Result};
@@ -31,7 +32,7 @@ const RAFT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The client address announced in `M`/`L`: `--advertise`, else the bound
 /// listen address (so `--listen 127.0.0.1:0` announces the real port).
-pub fn advertise_addr(config: &Config, listener: &TcpListener) -> Result<Addr> {
+pub fn advertise_addr(config: &Config, listener: &impl Accept) -> Result<Addr> {
     if let Some(a) = &config.advertise {
         return Ok(a.clone());
     }
@@ -72,8 +73,12 @@ pub async fn cluster_replicator(
     material: &Material,
     metrics: &Metrics,
     data: Option<Arc<DataDir>>,
+    net: Option<Arc<dyn Net>>,
 ) -> Result<cluster::Started, ClusterError> {
     let mut cc = cluster::ClusterConfig::from_config(config, advertise.clone(), material);
+    if let Some(net) = net {
+        cc.net = net;
+    }
     cc.limits.metrics = metrics.limits.clone();
     if let Some(raft) = &metrics.raft {
         cc.commit_seconds = Some(raft.commit.clone());
@@ -89,7 +94,7 @@ pub async fn cluster_replicator(
 /// mode otherwise. A refused `--bootstrap` shuts down the same way and is
 /// returned as the error. The one entry point; [`Builder`] adds the options
 /// (reload on a signal, a replicator built by a test).
-pub async fn run(config: Config, listener: TcpListener, shutdown: impl Future) -> Result<()> {
+pub async fn run(config: Config, listener: impl Accept, shutdown: impl Future) -> Result<()> {
     Builder::new(config).run(listener, shutdown).await
 }
 
@@ -99,6 +104,7 @@ pub struct Builder {
     reload: Option<tokio::signal::unix::Signal>,
     data: Option<Arc<DataDir>>,
     parts: Option<Parts>,
+    net: Option<Arc<dyn Net>>,
 }
 
 /// A replicator and manager built by the caller.
@@ -111,7 +117,7 @@ struct Parts {
 impl Builder {
     /// A server for `config` (what [`run`] runs).
     pub fn new(config: Config) -> Builder {
-        Builder { config, reload: None, data: None, parts: None }
+        Builder { config, reload: None, data: None, parts: None, net: None }
     }
 
     /// Every value `reload` yields re-reads the tokens and certificates
@@ -137,9 +143,17 @@ impl Builder {
         self
     }
 
+    /// The network the peer port binds on and the peer links dial (default
+    /// TCP; a simulated one in a simulation). The client port is the
+    /// listener given to [`Builder::run`].
+    pub fn net(mut self, net: Arc<dyn Net>) -> Builder {
+        self.net = Some(net);
+        self
+    }
+
     /// Runs until `shutdown` completes (see [`run`]).
-    pub async fn run(self, listener: TcpListener, shutdown: impl Future) -> Result<()> {
-        let Builder { config, reload, data, parts } = self;
+    pub async fn run(self, listener: impl Accept, shutdown: impl Future) -> Result<()> {
+        let Builder { config, reload, data, parts, net } = self;
         let material = Arc::new(Material::load(&config)?);
         match parts {
             Some(Parts { advertise, replicator, manager }) => {
@@ -151,7 +165,7 @@ impl Builder {
                     Some(d) => Some(d),
                     None => crate::durable::open_for(&config)?,
                 };
-                run_node(config, data, listener, shutdown, reload, material).await
+                run_node(config, data, listener, shutdown, reload, material, net).await
             }
         }
     }
@@ -163,10 +177,11 @@ impl Builder {
 async fn run_node(
     config: Config,
     data: Option<Arc<DataDir>>,
-    listener: TcpListener,
+    listener: impl Accept,
     shutdown: impl Future,
     reload: Option<tokio::signal::unix::Signal>,
     material: Arc<Material>,
+    net: Option<Arc<dyn Net>>,
 ) -> Result<()> {
     let advertise = advertise_addr(&config, &listener)?;
     let metrics = Arc::new(Metrics::new(!config.is_standalone()));
@@ -178,7 +193,7 @@ async fn run_node(
         };
         (replicator, None, None)
     } else {
-        let started = cluster_replicator(&config, &advertise, &material, &metrics, data).await?;
+        let started = cluster_replicator(&config, &advertise, &material, &metrics, data, net).await?;
         (started.replicator.clone(), Some(started.replicator), Some(started.failed))
     };
     // Stops on the signal, or with the error of a refused bootstrap.
@@ -248,7 +263,7 @@ async fn run_node(
 /// what `shutdown` completed with.
 async fn serve_clients<F: Future>(
     config: &Config,
-    listener: TcpListener,
+    listener: impl Accept,
     advertise: Addr,
     replicator: Arc<dyn Replicator>,
     manager: ManagerHandle,

@@ -43,7 +43,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use ticketing_proto::auth::Secret;
 use ticketing_proto::Addr;
-use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tracing::{error, info, warn};
 use types::{DomainId, NodeId, NodeInfo, Raft};
@@ -96,6 +95,8 @@ pub struct ClusterConfig {
     pub hurried_campaigns: prometheus_client::metrics::counter::Counter,
     /// Durable mode: the opened `--data-dir` (identity, vote, log, snapshots).
     pub data: Option<Arc<DataDir>>,
+    /// The network the peer port binds on and the peer links dial (TCP).
+    pub net: Arc<dyn crate::net::Net>,
 }
 
 impl ClusterConfig {
@@ -133,6 +134,7 @@ impl ClusterConfig {
             commit_seconds: None,
             hurried_campaigns: Default::default(),
             data: None,
+            net: Arc::new(crate::net::Tcp),
         }
     }
 }
@@ -229,6 +231,8 @@ pub struct Node {
     pub hurry: Arc<election::Hurry>,
     /// The Raft heartbeat interval (a hurried campaign's step).
     pub heartbeat: Duration,
+    /// The network the peer links dial.
+    pub net: Arc<dyn crate::net::Net>,
 }
 
 impl Node {
@@ -357,7 +361,9 @@ pub async fn start(cfg: ClusterConfig) -> Result<Started, ClusterError> {
              anyone who reaches it can join the cluster and forge grants. Throw-away tests only"
         );
     }
-    let listener = TcpListener::bind(&cfg.peer_listen)
+    let listener = cfg
+        .net
+        .bind(&cfg.peer_listen)
         .await
         .map_err(|source| ClusterError::Bind { addr: cfg.peer_listen.clone(), source })?;
     let node = new_node(&cfg);
@@ -420,6 +426,7 @@ fn new_node(cfg: &ClusterConfig) -> Arc<Node> {
         data: cfg.data.clone(),
         hurry: Arc::new(election::Hurry::new(cfg.hurried_campaigns.clone())),
         heartbeat: Duration::from_millis(cfg.heartbeat_ms),
+        net: cfg.net.clone(),
     })
 }
 

@@ -27,7 +27,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tracing::{debug, warn};
@@ -265,8 +264,7 @@ impl Pool {
     }
 
     async fn dial(&self, addr: &str) -> Result<Arc<PeerConn>, WireError> {
-        let stream = TcpStream::connect(addr).await?;
-        let _ = stream.set_nodelay(true);
+        let stream = self.node.net.connect(addr).await?;
         let tls = self.node.tls.get().as_ref().clone();
         let stream: Box<dyn PeerStream> = match &tls {
             None => Box::new(stream),

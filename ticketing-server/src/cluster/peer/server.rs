@@ -3,20 +3,21 @@
 //! byte budgets, and the answer to every request.
 
 use super::*;
+use crate::net::BoxConn;
 
 /// Serves the peer port until the process ends. At most
 /// `--max-peer-connections` connections at once: one more is answered
 /// `E overloaded` (if its socket takes the line at once) and closed.
-pub async fn serve(listener: TcpListener, node: Arc<Node>) {
+pub async fn serve(listener: Box<dyn crate::net::AcceptBoxed>, node: Arc<Node>) {
     let slots = Arc::new(Semaphore::new(node.limits.max_connections));
     loop {
-        match listener.accept().await {
-            Ok((stream, from)) => {
+        match listener.accept_boxed().await {
+            Ok((mut stream, from)) => {
                 let Ok(permit) = slots.clone().try_acquire_owned() else {
                     node.limits.metrics.peer_connections_refused.inc();
                     debug!(%from, "peer connection limit reached");
                     // Never waits: the accept loop must not stall.
-                    let _ = stream.try_write(b"E overloaded\n");
+                    let _ = futures_util::FutureExt::now_or_never(stream.write(b"E overloaded\n"));
                     continue;
                 };
                 let (preauth, evicted) = node.limits.preauth.admit(from.ip());
@@ -49,7 +50,7 @@ pub async fn serve(listener: TcpListener, node: Arc<Node>) {
 
 /// The accepting side's TLS handshake (with the current peer TLS), bounded
 /// by the handshake timeout. A failure is logged as a refused peer.
-async fn accept_tls(stream: TcpStream, from: SocketAddr, node: &Node) -> Option<Box<dyn PeerStream>> {
+async fn accept_tls(stream: BoxConn, from: SocketAddr, node: &Node) -> Option<Box<dyn PeerStream>> {
     let Some(tls) = node.tls.get().as_ref().clone() else { return Some(Box::new(stream)) };
     let acceptor = TlsAcceptor::from(tls.server);
     match tokio::time::timeout(node.limits.handshake_timeout, acceptor.accept(stream)).await {
@@ -73,7 +74,7 @@ async fn accept_tls(stream: TcpStream, from: SocketAddr, node: &Node) -> Option<
 /// place among the unauthenticated connections (`preauth`; evicted by a
 /// newer one: closed), then its frames.
 async fn serve_conn(
-    stream: TcpStream,
+    stream: BoxConn,
     from: SocketAddr,
     node: Arc<Node>,
     mut preauth: crate::preauth::PreAuthPermit,
@@ -103,8 +104,7 @@ type Halves = (
 );
 
 /// TLS (if on) and the peer handshake; `None`: refused (logged).
-async fn handshake(stream: TcpStream, from: SocketAddr, node: &Node) -> Result<Option<Halves>, WireError> {
-    let _ = stream.set_nodelay(true);
+async fn handshake(stream: BoxConn, from: SocketAddr, node: &Node) -> Result<Option<Halves>, WireError> {
     let Some(stream) = accept_tls(stream, from, node).await else { return Ok(None) };
     let (r, mut w) = tokio::io::split(stream);
     let mut r = BufReader::new(r);
