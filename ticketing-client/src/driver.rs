@@ -4,11 +4,9 @@
 //! driver (`crate::transport`), and on plain TCP the driver writes to the
 //! socket itself when it can.
 
-use crate::transport::{ConnHandle, Stalled};
+use crate::transport::{ConnHandle, Dial, Stalled};
 use bytes::Bytes;
-use rustls::ClientConfig;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Instant;
 use ticketing_proto::broker::{Broker, BrokerEvent, ConnId, Failure, Grant, OpId};
 use ticketing_proto::lane::Purpose;
@@ -100,7 +98,7 @@ pub(crate) enum Io {
 
 struct Driver {
     broker: Broker,
-    tls: Option<Arc<ClientConfig>>,
+    dial: Dial,
     io_tx: mpsc::Sender<Io>,
     conns: HashMap<ConnId, ConnHandle>,
     acquires: HashMap<OpId, (u64, AcquireReply)>,
@@ -115,11 +113,11 @@ struct Driver {
 }
 
 /// Runs one broker until it is closed (explicitly, or when every handle is gone).
-pub(crate) async fn run(broker: Broker, tls: Option<Arc<ClientConfig>>, mut cmds: mpsc::Receiver<Cmd>) {
+pub(crate) async fn run(broker: Broker, dial: Dial, mut cmds: mpsc::Receiver<Cmd>) {
     let (io_tx, mut io_rx) = mpsc::channel(INPUT_QUEUE);
     let mut d = Driver {
         broker,
-        tls,
+        dial,
         io_tx,
         conns: HashMap::new(),
         acquires: HashMap::new(),
@@ -319,7 +317,7 @@ impl Driver {
     fn on_event(&mut self, ev: BrokerEvent) {
         match ev {
             BrokerEvent::Connect { conn, addr } => {
-                let handle = ConnHandle::spawn(conn, addr, self.tls.clone(), self.io_tx.clone());
+                let handle = ConnHandle::spawn(conn, addr, self.dial.clone(), self.io_tx.clone());
                 self.conns.insert(conn, handle);
             }
             BrokerEvent::Disconnect { conn } => {

@@ -52,9 +52,10 @@ pub use ticket::Ticket;
 pub use ticketing_proto::broker::ConfigError;
 pub use ticketing_proto::params::ParamError;
 pub use tls::Tls;
+use transport::Dial;
+pub use transport::{BoxFuture, Connect, Stream};
 
 use driver::{AcquireReq, Cmd};
-use rustls::ClientConfig;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -89,17 +90,20 @@ impl Drop for Link {
 
 struct Shared {
     config: BrokerConfig,
-    tls: Option<Arc<ClientConfig>>,
+    dial: Dial,
+    /// The driver runs on the runtime `build` was called on, not the library's own.
+    here: bool,
     link: Mutex<Link>,
     closed: AtomicBool,
     next_cid: AtomicU64,
 }
 
 impl Shared {
-    fn spawn_driver(config: &BrokerConfig, tls: &Option<Arc<ClientConfig>>) -> Result<mpsc::Sender<Cmd>> {
+    fn spawn_driver(config: &BrokerConfig, dial: &Dial, here: bool) -> Result<mpsc::Sender<Cmd>> {
         let broker = Broker::new(crate::driver::now(), config.clone(), Box::new(rand_core::OsRng))?;
         let (tx, rx) = mpsc::channel(driver::COMMAND_QUEUE);
-        runtime::io_runtime().spawn(driver::run(broker, tls.clone(), rx));
+        let runtime = if here { tokio::runtime::Handle::current() } else { runtime::io_runtime() };
+        runtime.spawn(driver::run(broker, dial.clone(), rx));
         Ok(tx)
     }
 
@@ -109,7 +113,7 @@ impl Shared {
         let pid = std::process::id();
         let mut link = self.link.lock().unwrap_or_else(|p| p.into_inner());
         if link.pid != pid {
-            let fresh = Self::spawn_driver(&self.config, &self.tls)?;
+            let fresh = Self::spawn_driver(&self.config, &self.dial, self.here)?;
             if let Some(old) = link.tx.replace(fresh) {
                 std::mem::forget(old);
             }
@@ -159,7 +163,7 @@ impl fmt::Debug for TicketBroker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TicketBroker")
             .field("addrs", &self.shared.config.addrs)
-            .field("tls", &self.shared.tls.is_some())
+            .field("tls", &matches!(self.shared.dial, Dial::Tcp(Some(_))))
             .field("closed", &self.shared.closed.load(Ordering::Relaxed))
             .finish()
     }
@@ -174,9 +178,21 @@ pub struct Builder {
     tls: Tls,
     tls_client_cert: Option<PathBuf>,
     tls_client_key: Option<PathBuf>,
+    connector: Option<Arc<dyn Connect>>,
+    here: bool,
 }
 
 impl Builder {
+    /// The connections dial through `net` instead of TCP (and without TLS):
+    /// a simulated network in a simulation of the cluster. `build` then
+    /// starts the broker's tasks on the tokio runtime it is called on (the
+    /// simulated host's), not on the library's own.
+    pub fn connector(mut self, net: Arc<dyn Connect>) -> Builder {
+        self.connector = Some(net);
+        self.here = true;
+        self
+    }
+
     /// The shared client token (default: none, i.e. the empty token). It never crosses the network.
     pub fn token(mut self, token: impl Into<String>) -> Builder {
         self.token = ticketing_proto::auth::Secret::from(token.into());
@@ -242,10 +258,15 @@ impl Builder {
                 tls::server_name(a)?;
             }
         }
-        let tx = Shared::spawn_driver(&config, &tls)?;
+        let dial = match self.connector {
+            Some(net) => Dial::Other(net),
+            None => Dial::Tcp(tls),
+        };
+        let tx = Shared::spawn_driver(&config, &dial, self.here)?;
         let shared = Shared {
             config,
-            tls,
+            dial,
+            here: self.here,
             link: Mutex::new(Link { pid: std::process::id(), tx: Some(tx) }),
             closed: AtomicBool::new(false),
             next_cid: AtomicU64::new(1),
@@ -358,6 +379,8 @@ impl TicketBroker {
             tls: Tls::Off,
             tls_client_cert: None,
             tls_client_key: None,
+            connector: None,
+            here: false,
         }
     }
 

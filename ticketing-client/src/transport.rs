@@ -17,8 +17,26 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
-trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+/// A byte stream both ways (TCP, TLS over it, or a simulated connection).
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+/// A boxed future.
+pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// A network the connections dial instead of TCP: a simulated one in a
+/// simulation ([`crate::Builder::connector`]).
+pub trait Connect: Send + Sync + std::fmt::Debug + 'static {
+    /// Connects to `addr` (`host:port`).
+    fn connect<'a>(&'a self, addr: &'a str) -> BoxFuture<'a, std::io::Result<Box<dyn Stream>>>;
+}
+
+/// How a connection is opened: TCP (with TLS if configured), or another network.
+#[derive(Debug, Clone)]
+pub(crate) enum Dial {
+    Tcp(Option<Arc<ClientConfig>>),
+    Other(Arc<dyn Connect>),
+}
 
 pub(crate) struct ConnHandle {
     tx: mpsc::Sender<Bytes>,
@@ -40,15 +58,10 @@ struct Direct {
 
 impl ConnHandle {
     /// Starts the connection's task (connect, then read and write).
-    pub(crate) fn spawn(
-        conn: ConnId,
-        addr: String,
-        tls: Option<Arc<ClientConfig>>,
-        io: mpsc::Sender<Io>,
-    ) -> ConnHandle {
+    pub(crate) fn spawn(conn: ConnId, addr: String, dial: Dial, io: mpsc::Sender<Io>) -> ConnHandle {
         let (tx, rx) = mpsc::channel(OUTBOUND_QUEUE);
         let direct = Arc::new(Direct::default());
-        let task = tokio::spawn(connection(conn, addr, tls, io, rx, direct.clone()));
+        let task = tokio::spawn(connection(conn, addr, dial, io, rx, direct.clone()));
         ConnHandle { tx, task, direct }
     }
 
@@ -83,12 +96,12 @@ impl ConnHandle {
 async fn connection(
     conn: ConnId,
     addr: String,
-    tls: Option<Arc<ClientConfig>>,
+    dial: Dial,
     io: mpsc::Sender<Io>,
     outbound: mpsc::Receiver<Bytes>,
     direct: Arc<Direct>,
 ) {
-    let stream = match open(&addr, tls).await {
+    let stream = match open(&addr, dial).await {
         Ok(s) => s,
         Err(e) => {
             debug!(conn = conn.0, %addr, error = %e, "connect failed");
@@ -102,7 +115,7 @@ async fn connection(
             let _ = direct.stream.set(tcp.clone());
             serve_plain(conn, &tcp, &io, outbound, &direct).await
         }
-        Opened::Tls(stream) => serve_tls(conn, stream, &io, outbound, &direct).await,
+        Opened::Boxed(stream) => serve_boxed(conn, stream, &io, outbound, &direct).await,
     };
     match read_error {
         Some(e) => {
@@ -179,9 +192,9 @@ async fn serve_plain(
     }
 }
 
-/// TLS: a reader and a writer on the split stream (the driver never writes
-/// directly: every chunk goes through the queue).
-async fn serve_tls(
+/// TLS or another network: a reader and a writer on the split stream (the
+/// driver never writes directly: every chunk goes through the queue).
+async fn serve_boxed(
     conn: ConnId,
     stream: Box<dyn Stream>,
     io: &mpsc::Sender<Io>,
@@ -230,10 +243,14 @@ async fn serve_tls(
 /// An open transport.
 enum Opened {
     Plain(TcpStream),
-    Tls(Box<dyn Stream>),
+    Boxed(Box<dyn Stream>),
 }
 
-async fn open(addr: &str, tls: Option<Arc<ClientConfig>>) -> std::io::Result<Opened> {
+async fn open(addr: &str, dial: Dial) -> std::io::Result<Opened> {
+    let tls = match dial {
+        Dial::Tcp(tls) => tls,
+        Dial::Other(net) => return Ok(Opened::Boxed(net.connect(addr).await?)),
+    };
     let tcp = TcpStream::connect(addr).await.map_err(|e| std::io::Error::new(e.kind(), format!("connect: {e}")))?;
     let _ = tcp.set_nodelay(true);
     match tls {
@@ -244,7 +261,7 @@ async fn open(addr: &str, tls: Option<Arc<ClientConfig>>) -> std::io::Result<Ope
                 .connect(name, tcp)
                 .await
                 .map_err(|e| std::io::Error::new(e.kind(), format!("tls handshake: {e}")))?;
-            Ok(Opened::Tls(Box::new(stream)))
+            Ok(Opened::Boxed(Box::new(stream)))
         }
     }
 }
@@ -300,7 +317,7 @@ mod tests {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap().to_string();
             let (io_tx, _io_rx) = mpsc::channel(8);
-            let handle = ConnHandle::spawn(ConnId(1), addr, None, io_tx);
+            let handle = ConnHandle::spawn(ConnId(1), addr, Dial::Tcp(None), io_tx);
             let (mut peer, _) =
                 tokio::time::timeout(Duration::from_secs(10), listener.accept()).await.unwrap().unwrap();
             let until = Instant::now() + Duration::from_secs(10);

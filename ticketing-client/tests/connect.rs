@@ -127,3 +127,34 @@ async fn connect_takes_a_comma_separated_list_as_ticketing_addr_gives_it() {
     assert_eq!(split.addrs(), b.addrs());
     split.close().await;
 }
+
+/// A network whose connections never open, counting the dials.
+#[derive(Debug, Default)]
+struct Unreachable(std::sync::atomic::AtomicUsize);
+
+impl ticketing_client::Connect for Unreachable {
+    fn connect<'a>(
+        &'a self,
+        _addr: &'a str,
+    ) -> ticketing_client::BoxFuture<'a, std::io::Result<Box<dyn ticketing_client::Stream>>> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(std::future::pending())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_broker_on_another_network_runs_on_the_callers_runtime_and_its_clock() {
+    let net = std::sync::Arc::new(Unreachable::default());
+    let b = TicketBroker::builder(["10.0.0.1:5225"]).connector(net.clone()).build().unwrap();
+    let (real, paused) = (Instant::now(), tokio::time::Instant::now());
+    // No connection ever opens: `wait` runs out on the test's paused clock,
+    // which moves on as soon as every task waits, far sooner than 30 real seconds.
+    assert_eq!(b.acquire_secs("k", 30.0, 10.0, 0.0).await.unwrap_err(), Error::Unavailable);
+    assert!(paused.elapsed() >= secs(30.0), "{:?}", paused.elapsed());
+    assert!(real.elapsed() < secs(30.0), "the driver waited on the real clock: {:?}", real.elapsed());
+    // Two connections to the one address, each dialled again after every
+    // 5 s handshake limit (on the paused clock too).
+    let dials = net.0.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(dials >= 4, "{dials} dials");
+    b.close().await;
+}
