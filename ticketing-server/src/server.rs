@@ -11,6 +11,7 @@ use crate::durable::DataDir;
 use crate::listener::Listener;
 use crate::manager::metrics::gauge_value;
 use crate::manager::{self, ManagerHandle, Metrics};
+use crate::leader::WallClock;
 use crate::net::{Accept, Net};
 use crate::reload::Material;
 use crate::replication::{Replicator, Standalone};
@@ -105,6 +106,13 @@ pub struct Builder {
     data: Option<Arc<DataDir>>,
     parts: Option<Parts>,
     net: Option<Arc<dyn Net>>,
+    wall: Option<WallClock>,
+}
+
+/// What a simulation replaces: the peer network and the wall clock.
+struct Seams {
+    net: Option<Arc<dyn Net>>,
+    wall: WallClock,
 }
 
 /// A replicator and manager built by the caller.
@@ -117,7 +125,7 @@ struct Parts {
 impl Builder {
     /// A server for `config` (what [`run`] runs).
     pub fn new(config: Config) -> Builder {
-        Builder { config, reload: None, data: None, parts: None, net: None }
+        Builder { config, reload: None, data: None, parts: None, net: None, wall: None }
     }
 
     /// Every value `reload` yields re-reads the tokens and certificates
@@ -151,9 +159,16 @@ impl Builder {
         self
     }
 
+    /// The wall clock new tokens start from (default the system's; a
+    /// simulated one in a simulation).
+    pub fn wall_clock(mut self, wall: WallClock) -> Builder {
+        self.wall = Some(wall);
+        self
+    }
+
     /// Runs until `shutdown` completes (see [`run`]).
     pub async fn run(self, listener: impl Accept, shutdown: impl Future) -> Result<()> {
-        let Builder { config, reload, data, parts, net } = self;
+        let Builder { config, reload, data, parts, net, wall } = self;
         let material = Arc::new(Material::load(&config)?);
         match parts {
             Some(Parts { advertise, replicator, manager }) => {
@@ -165,7 +180,8 @@ impl Builder {
                     Some(d) => Some(d),
                     None => crate::durable::open_for(&config)?,
                 };
-                run_node(config, data, listener, shutdown, reload, material, net).await
+                let seams = Seams { net, wall: wall.unwrap_or_else(crate::leader::system_wall) };
+                run_node(config, data, listener, shutdown, reload, material, seams).await
             }
         }
     }
@@ -181,8 +197,9 @@ async fn run_node(
     shutdown: impl Future,
     reload: Option<tokio::signal::unix::Signal>,
     material: Arc<Material>,
-    net: Option<Arc<dyn Net>>,
+    seams: Seams,
 ) -> Result<()> {
+    let Seams { net, wall } = seams;
     let advertise = advertise_addr(&config, &listener)?;
     let metrics = Arc::new(Metrics::new(!config.is_standalone()));
     metrics.max_waiters.set(gauge_value(config.limits.max_waiters));
@@ -213,7 +230,8 @@ async fn run_node(
             e = failed => Some(e),
         }
     };
-    let manager = manager::spawn(replicator.clone(), config.limits.clone(), metrics.clone(), advertise.clone());
+    let manager =
+        manager::spawn_with_wall(replicator.clone(), config.limits.clone(), metrics.clone(), advertise.clone(), wall);
     if let Some(addr) = &config.admin_listen {
         let admin = TcpListener::bind(addr).await.with_context(|| format!("cannot bind --admin-listen {addr}"))?;
         let state = crate::admin::AdminState {

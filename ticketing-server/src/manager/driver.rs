@@ -63,6 +63,7 @@ pub(super) fn start(
     limits: Limits,
     metrics: Arc<Metrics>,
     advertise: Addr,
+    wall: crate::leader::WallClock,
     rx: mpsc::Receiver<ManagerRequest>,
 ) {
     // Proposal outcomes; a proposal task waits for room (there is at most
@@ -70,7 +71,7 @@ pub(super) fn start(
     let (done_tx, done_rx) = mpsc::channel(DONE_QUEUE);
     let leadership = replicator.leadership();
     let driver = Driver {
-        leader: Leader::new(limits, advertise, now(), crate::leader::system_wall()),
+        leader: Leader::new(limits, advertise, now(), wall),
         replicator,
         metrics,
         conns: HashMap::new(),

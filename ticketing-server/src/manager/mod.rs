@@ -146,8 +146,20 @@ impl ManagerHandle {
 /// dropped. `advertise` is this node's client address (never named in a
 /// redirect, see [`crate::replication::redirect`]).
 pub fn spawn(replicator: Arc<dyn Replicator>, limits: Limits, metrics: Arc<Metrics>, advertise: Addr) -> ManagerHandle {
+    spawn_with_wall(replicator, limits, metrics, advertise, crate::leader::system_wall())
+}
+
+/// [`spawn`] with the wall clock new tokens start from (a simulated one in
+/// a simulation; [`spawn`] takes the system's).
+pub fn spawn_with_wall(
+    replicator: Arc<dyn Replicator>,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+    advertise: Addr,
+    wall: crate::leader::WallClock,
+) -> ManagerHandle {
     let (tx, rx) = mpsc::channel(4096);
-    driver::start(replicator, limits, metrics.clone(), advertise, rx);
+    driver::start(replicator, limits, metrics.clone(), advertise, wall, rx);
     ManagerHandle { tx, metrics }
 }
 
