@@ -100,7 +100,11 @@ struct Shared {
 
 impl Shared {
     fn spawn_driver(config: &BrokerConfig, dial: &Dial, here: bool) -> Result<mpsc::Sender<Cmd>> {
-        let broker = Broker::new(crate::driver::now(), config.clone(), Box::new(rand_core::OsRng))?;
+        let broker = Broker::new(
+            crate::driver::now(),
+            config.clone(),
+            Box::new(ticketing_proto::entropy::ThreadOr(rand_core::OsRng)),
+        )?;
         let (tx, rx) = mpsc::channel(driver::COMMAND_QUEUE);
         let runtime = if here { tokio::runtime::Handle::current() } else { runtime::io_runtime() };
         runtime.spawn(driver::run(broker, dial.clone(), rx));

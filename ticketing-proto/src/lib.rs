@@ -15,6 +15,7 @@
 pub mod auth;
 pub mod broker;
 pub mod deadline;
+pub mod entropy;
 pub mod field;
 pub mod frame;
 pub mod hostport;

@@ -176,7 +176,7 @@ impl<'a> ClientConn<'a> {
         ctx: &'a ConnContext,
         deliveries_tx: mpsc::Sender<Delivery>,
     ) -> Self {
-        let snonce = auth::nonce(&mut rand_core::OsRng);
+        let snonce = auth::nonce(&mut ticketing_proto::entropy::ThreadOr(rand_core::OsRng));
         let mut conn = ClientConn {
             id,
             peer: peer.to_string(),

@@ -75,7 +75,10 @@ fn main() -> ExitCode {
                 println!("  SIMULATION ERROR: {e}");
             }
             if v > 0 {
-                println!("  replay: scripts/simulate --seed {seed} --seeds 1 --nodes {nodes} --seconds {}", cli.seconds);
+                println!(
+                    "  replay: scripts/simulate --seed {seed} --seeds 1 --nodes {nodes} --seconds {}",
+                    cli.seconds
+                );
             }
         }
         violations += v;

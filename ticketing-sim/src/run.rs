@@ -91,8 +91,10 @@ fn host(i: usize) -> String {
     format!("n{i}")
 }
 
-/// Node `i`'s configuration, as its command line would give it.
-fn config(i: usize, n: usize, dir: &Path, bootstrap: bool) -> anyhow::Result<Config> {
+/// Node `i`'s configuration, as its command line would give it, with its
+/// election timeout `election_ms` (openraft draws one per start in the
+/// configured range; here the seed draws it, and the range is that one value).
+fn config(i: usize, n: usize, dir: &Path, bootstrap: bool, election_ms: u64) -> anyhow::Result<Config> {
     let peers: Vec<String> = (0..n).map(|j| format!("{}:{PEER_PORT}", host(j))).collect();
     let mut args = vec![
         "ticketing-server".to_owned(),
@@ -108,6 +110,10 @@ fn config(i: usize, n: usize, dir: &Path, bootstrap: bool) -> anyhow::Result<Con
         dir.join("peer.token").display().to_string(),
         "--client-tokens-file".into(),
         dir.join("client.tokens").display().to_string(),
+        "--election-timeout-min-ms".into(),
+        election_ms.to_string(),
+        "--election-timeout-max-ms".into(),
+        (election_ms + 1).to_string(),
     ];
     if bootstrap {
         args.push("--bootstrap".into());
@@ -132,6 +138,9 @@ pub fn run(plan: &Plan, dir: &Path) -> anyhow::Result<Outcome> {
     std::fs::write(dir.join("peer.token"), format!("{PEER_TOKEN}\n"))?;
     std::fs::write(dir.join("client.tokens"), format!("{CLIENT_TOKEN}\n"))?;
     let mut rng = Rng::new(plan.seed);
+    // Every random choice the nodes and clients make on this thread (node
+    // ids, domain ids, nonces) comes from the seed.
+    ticketing_proto::entropy::seed_thread(Some(rng.next_u64()));
     let mut sim = turmoil::Builder::new()
         .rng_seed(rng.next_u64())
         .simulation_duration(plan.duration + Duration::from_secs(120))
@@ -142,12 +151,14 @@ pub fn run(plan: &Plan, dir: &Path) -> anyhow::Result<Outcome> {
         .build();
     for i in 0..plan.nodes {
         let starts = Arc::new(AtomicU32::new(0));
-        let (n, dir) = (plan.nodes, dir.to_owned());
+        let (n, dir, timing) = (plan.nodes, dir.to_owned(), rng.next_u64());
         sim.host(host(i), move || {
             let (starts, dir) = (starts.clone(), dir.clone());
             async move {
-                let first = starts.fetch_add(1, Ordering::SeqCst) == 0;
-                let config = config(i, n, &dir, i == 0 && first).map_err(|e| e.to_string())?;
+                let start = starts.fetch_add(1, Ordering::SeqCst);
+                // The defaults' range (docs/deployment.md, "Failover timing").
+                let election_ms = Rng::new(timing.wrapping_add(u64::from(start))).range(1160, 1200);
+                let config = config(i, n, &dir, i == 0 && start == 0, election_ms).map_err(|e| e.to_string())?;
                 let listener = net::Listener(turmoil::net::TcpListener::bind(("0.0.0.0", CLIENT_PORT)).await?);
                 ticketing_server::server::Builder::new(config)
                     .net(Arc::new(net::Net))
@@ -172,10 +183,7 @@ pub fn run(plan: &Plan, dir: &Path) -> anyhow::Result<Outcome> {
     let error = faults.as_ref().err().map(|e| e.to_string());
     let faults = faults.unwrap_or_default();
     let s = shared.lock().unwrap_or_else(|p| p.into_inner());
-    let fin = Final {
-        counters: s.counters.iter().map(|(k, n)| (k.clone(), *n)).collect(),
-        writes: s.writes.clone(),
-    };
+    let fin = Final { counters: s.counters.iter().map(|(k, n)| (k.clone(), *n)).collect(), writes: s.writes.clone() };
     let end = s.events.iter().map(end_of).max().unwrap_or(0);
     let report = checker::check(&s.events, &fin, BOUND.as_nanos() as u64, 0, end);
     let digest = {
@@ -230,7 +238,11 @@ fn faults(
                         }
                     }
                 }
-                let line = format!("{name} node {victim} at {:.3} s, healed at {:.3} s", start.as_secs_f64(), now.as_secs_f64());
+                let line = format!(
+                    "{name} node {victim} at {:.3} s, healed at {:.3} s",
+                    start.as_secs_f64(),
+                    now.as_secs_f64()
+                );
                 let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
                 s.events.push(Event::Fault {
                     name: name.to_owned(),

@@ -256,7 +256,7 @@ fn check_members(node: &Node, statuses: &BTreeMap<String, PeerStatus>) -> Result
 fn new_domain_id() -> DomainId {
     loop {
         let mut b = [0u8; 16];
-        rand_core::RngCore::fill_bytes(&mut rand_core::OsRng, &mut b);
+        rand_core::RngCore::fill_bytes(&mut ticketing_proto::entropy::ThreadOr(rand_core::OsRng), &mut b);
         let d = u128::from_be_bytes(b);
         if d != 0 {
             return DomainId(d);

@@ -76,7 +76,7 @@ where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let snonce = auth::nonce(&mut rand_core::OsRng);
+    let snonce = auth::nonce(&mut ticketing_proto::entropy::ThreadOr(rand_core::OsRng));
     w.write_all(format!("TICKETING-PEER {VERSION} {}\n", snonce.to_hex_string()).as_bytes()).await?;
     let first_line = async {
         // 0x16 opens a TLS handshake record: say so instead of waiting for an LF.
@@ -154,7 +154,7 @@ where
         _ => None,
     }
     .ok_or_else(|| Violation::BadGreeting(greeting.clone()))?;
-    let cnonce = auth::nonce(&mut rand_core::OsRng);
+    let cnonce = auth::nonce(&mut ticketing_proto::entropy::ThreadOr(rand_core::OsRng));
     let cmac = token.map_or(Hex32([0; 32]), |t| auth::mac(t, Label::PeerClient, &snonce, &cnonce));
     w.write_all(format!("AUTH {} {}\n", cnonce.to_hex_string(), cmac.to_hex_string()).as_bytes()).await?;
     w.flush().await?;
