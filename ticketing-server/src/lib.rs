@@ -16,6 +16,7 @@ pub mod leader;
 pub mod listener;
 pub mod locks;
 pub mod manager;
+pub mod mutation;
 pub mod net;
 pub mod preauth;
 pub mod principal;

@@ -19,6 +19,9 @@ pub use snapshot::{SnapshotDraft, SnapshotError};
 /// The domain time (ms) at which a lease of `lease_s` seconds granted at
 /// `granted_dt` ends (docs/protocol.md, "Domain time").
 pub fn lease_end_dt(granted_dt: u64, lease_s: u8) -> u64 {
+    if crate::mutation::on("lease-early") {
+        return granted_dt.saturating_add(u64::from(lease_s) * 500);
+    }
     granted_dt.saturating_add(u64::from(lease_s) * 1000)
 }
 
@@ -383,6 +386,7 @@ impl LockState {
     /// the grant is refused by the caller through `None`.
     fn next_token(&mut self, micros: u64) -> Option<Token> {
         let t = self.last_token.checked_add(1)?.max(micros.min(TOKEN_MAX));
+        let t = if crate::mutation::on("token-from-clock") { micros.clamp(1, TOKEN_MAX) } else { t };
         let token = Token::new(t).ok()?;
         self.last_token = t;
         Some(token)

@@ -44,7 +44,7 @@ fn main() -> ExitCode {
             seed,
             nodes,
             clients: cli.clients,
-            keys: 3,
+            keys: 5,
             duration: Duration::from_secs(cli.seconds),
             log: cli.log,
         };

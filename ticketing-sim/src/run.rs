@@ -37,7 +37,6 @@ const CLIENT_TOKEN: &str = "sim-client-token-0123456789abcdef";
 const PEER_TOKEN: &str = "sim-peer-token-0123456789abcdef0123";
 /// What every acquire asks for.
 const WAIT: Duration = Duration::from_secs(4);
-const LEASE: Duration = Duration::from_secs(3);
 const BUDGET: Duration = Duration::from_secs(1);
 /// A holder writes only while at least this much of its deadline is left.
 const WRITE_MARGIN: Duration = Duration::from_millis(50);
@@ -314,7 +313,9 @@ async fn client(
     while tokio::time::Instant::now() < end {
         let key = keys[rng.index(keys.len())].clone();
         let call = ns_since(start, tokio::time::Instant::now());
-        let got = broker.acquire(&key, WAIT, LEASE, BUDGET).await;
+        // Leases of 1–5 s, now and then 30 s.
+        let lease = Duration::from_secs(if rng.chance(50) { 30 } else { rng.range(1, 6) });
+        let got = broker.acquire(&key, WAIT, lease, BUDGET).await;
         let ans = ns_since(start, tokio::time::Instant::now());
         let ticket = match got {
             Ok(Some(t)) => t,
@@ -356,8 +357,10 @@ async fn client(
             wait_ms: None,
             lease_ms: None,
         });
-        // The work while holding.
-        tokio::time::sleep(Duration::from_millis(rng.range(10, 120))).await;
+        // The work while holding: mostly short; one hold in sixteen runs
+        // for 0.5–6 s, often past its lease (its write is then skipped).
+        let work = if rng.chance(60) { rng.range(500, 6000) } else { rng.range(10, 120) };
+        tokio::time::sleep(Duration::from_millis(work)).await;
         let issued = ns_since(start, tokio::time::Instant::now());
         let result = if issued + WRITE_MARGIN.as_nanos() as u64 > dl {
             "skipped"

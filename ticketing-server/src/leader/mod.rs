@@ -761,7 +761,8 @@ impl Leader {
         self.clock = None;
         if self.epoch.is_some() {
             let applied_dt = applied.domain_time();
-            let clock = DomainClock::start(applied_dt, now);
+            let start_dt = if crate::mutation::on("domain-time-jump") { applied_dt + 250_000 } else { applied_dt };
+            let clock = DomainClock::start(start_dt, now);
             self.clock = Some(clock);
             for (key, h) in applied.holders() {
                 self.proj.add_applied(&key, h, &clock, now);
