@@ -240,27 +240,7 @@ impl FrameMac {
 mod tests {
     use super::*;
 
-    struct Counter(u8);
-    impl RngCore for Counter {
-        fn next_u32(&mut self) -> u32 {
-            self.0 = self.0.wrapping_add(1);
-            u32::from(self.0)
-        }
-        fn next_u64(&mut self) -> u64 {
-            u64::from(self.next_u32())
-        }
-        fn fill_bytes(&mut self, dest: &mut [u8]) {
-            for b in dest {
-                self.0 = self.0.wrapping_add(1);
-                *b = self.0;
-            }
-        }
-        fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rand_core::Error> {
-            self.fill_bytes(dest);
-            Ok(())
-        }
-    }
-    impl CryptoRng for Counter {}
+    use crate::test_rng::Counter;
 
     #[test]
     fn known_vector() {

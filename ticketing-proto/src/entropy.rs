@@ -57,26 +57,7 @@ impl<R: CryptoRng> CryptoRng for ThreadOr<R> {}
 mod tests {
     use super::*;
 
-    /// A source that counts, to tell it from the seeded generator.
-    struct Counting(u8);
-    impl RngCore for Counting {
-        fn next_u32(&mut self) -> u32 {
-            0
-        }
-        fn next_u64(&mut self) -> u64 {
-            0
-        }
-        fn fill_bytes(&mut self, dest: &mut [u8]) {
-            for b in dest {
-                self.0 = self.0.wrapping_add(1);
-                *b = self.0;
-            }
-        }
-        fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rand_core::Error> {
-            self.fill_bytes(dest);
-            Ok(())
-        }
-    }
+    use crate::test_rng::Counter as Counting;
 
     #[test]
     fn a_seeded_thread_replays_and_an_unseeded_one_uses_its_own_source() {

@@ -28,3 +28,37 @@ pub mod timer;
 
 pub use field::{Addr, Hex32, Key, KeySet, KeySetError, Owner, RequestId, Role, Token};
 pub use frame::{ClientFrame, ErrorCode, FrameError, ServerFrame};
+
+/// A counting random source for the tests: byte `i` of its output is
+/// `start + i + 1` (wrapping), so a test can tell its draws apart and
+/// predict them.
+#[cfg(test)]
+pub(crate) mod test_rng {
+    use rand_core::{CryptoRng, RngCore};
+
+    pub(crate) struct Counter(pub(crate) u8);
+
+    impl RngCore for Counter {
+        fn next_u32(&mut self) -> u32 {
+            let mut b = [0u8; 4];
+            self.fill_bytes(&mut b);
+            u32::from_le_bytes(b)
+        }
+        fn next_u64(&mut self) -> u64 {
+            let mut b = [0u8; 8];
+            self.fill_bytes(&mut b);
+            u64::from_le_bytes(b)
+        }
+        fn fill_bytes(&mut self, dest: &mut [u8]) {
+            for b in dest {
+                self.0 = self.0.wrapping_add(1);
+                *b = self.0;
+            }
+        }
+        fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rand_core::Error> {
+            self.fill_bytes(dest);
+            Ok(())
+        }
+    }
+    impl CryptoRng for Counter {}
+}
