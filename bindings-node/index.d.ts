@@ -221,7 +221,10 @@ export declare class ForbiddenError extends TicketingError {
   /** The key the principal may not use. */
   readonly key: string
 }
-/** Possibly sent, no definite answer: do NOT enter the critical section. */
+/**
+ * Possibly sent, no definite answer: do NOT enter the critical section. The client
+ * releases such a grant within 5 s (else it ends with its lease).
+ */
 export declare class IndeterminateError extends TicketingError {
   /** Always `'INDETERMINATE'`. */
   readonly code: 'INDETERMINATE'

@@ -6,7 +6,7 @@ usage: bench-table.py RESULTS MACHINE [LOADS]
 
 RESULTS: ticketing-bench output lines; MACHINE: one fact a line; LOADS: the
 load samples bench-peers took during the run. Everything in the output comes
-from these inputs: commentary and goals belong in docs/benchmarks.md.
+from these inputs: commentary belongs in docs/benchmarks.md.
 """
 import sys
 
@@ -106,8 +106,8 @@ def main():
     w("")
     w("Written entirely by `scripts/bench-peers` from one run on one machine (every server and")
     w("the load generator share it, on loopback); do not edit it by hand. Only the ratios within")
-    w("this one run mean anything. Workloads, fields, how to read this report and the goals:")
-    w("[docs/benchmarks.md](docs/benchmarks.md).")
+    w("this one run mean anything. Workloads, fields, how to read this report, and where")
+    w("Ticketing is ahead and behind: [docs/benchmarks.md](docs/benchmarks.md).")
     w("")
     for m in machine:
         w(f"- {m}")

@@ -29,6 +29,41 @@ Read: README.md, CONTRIBUTING.md and docs/*.md ("the docs"). Checked:
              block must then be exactly FILE, which scripts/test-doc-examples
              runs) or `<!-- excerpt -->`; output blocks are ```text.
 
+The checks below read "the user pages": the docs above, examples/README.md,
+the bindings' READMEs (they ship in the packages) and deploy/server-README.md
+(it ships in the server tarball):
+
+  sections   every relative link resolves, and so does its #anchor (mdBook's
+             heading ids); every `FILE.md, "Section"` citation names a
+             heading of FILE exactly (or a heading that starts with it and
+             goes on with ":" or " ("); every `"Section" below/above` one of
+             the same page; every `FILE.md §N` a numbered heading; and every
+             `docs/FILE.md#anchor` in the code a heading.
+  figures    every benchmark figure quoted outside the report (a ratio `N×`,
+             a failover time in seconds, and a rate in pairs/s, hand-overs/s
+             or grants/s where its paragraph names the benchmark) is a figure
+             of BENCHMARKS.md, rounded at most to the digits quoted. docs/benchmark-report.md (BENCHMARKS.md itself)
+             and the appendices of earlier runs (HISTORY_PAGES) are exempt.
+  durable    a paragraph that says the state is in memory only or is lost on
+             a restart also names durable mode (`--data-dir`).
+  indeterminate  no paragraph says an Indeterminate grant returns at its
+             lease end without the client's 5 s release window.
+  team-speak no phrase of TEAM_SPEAK (how the project is run, not how it is
+             used: "this round", "gap (1)", "Decision 11", "the test machine").
+  registries every `pip install`, `gem install` and `npm i`/`npm install` of
+             the package `ticketing`, and every version pin of it, names where
+             it comes from (a file, an index, a source or a registry): the
+             public registries' `ticketing` is another project.
+  install    README.md and every language page link docs/install.md before
+             any other page in their install section.
+  exit codes every exit code of the `ticketing` CLI (its `mod code`) and of
+             ticketing-server (ExitCode::from, the EXIT_* constants, the data
+             dir's exit_code, ExitCode::FAILURE, clap's usage error 2) is in
+             docs/errors.md.
+
+--static-only runs only the checks that need no built program (everything
+but flags, env and metrics): about a second, no server binary needed.
+
 Prints one line per problem and "claims: N checks, M problems"; exit 1 on a problem.
 """
 import argparse
@@ -63,6 +98,10 @@ EXTERNAL_FLAGS = {
     "--depth", "--branch", "--pid", "--call-graph", "--noEmit", "--open",
     # arguments of the example commands the docs run under a lock
     "--full",
+    # gem generate_index, sha256sum (docs/install.md)
+    "--directory", "--ignore-missing",
+    # this script (CONTRIBUTING.md)
+    "--static-only",
 }
 # Crate names that look like metric names.
 NOT_METRICS = {"ticketing_proto", "ticketing_client", "ticketing_server", "ticketing_verify", "ticketing_bench",
@@ -178,15 +217,338 @@ def headings(text):
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--server", default=os.path.join(ROOT, "target", "debug", "ticketing-server"))
-    args = ap.parse_args()
-    server = os.path.abspath(args.server)
-    bindir = os.path.dirname(server)
-    pages = docs()
-    alltext = "\n".join(pages.values())
+# --- the user pages (the checks after the program-based ones) ---------------------------
 
+# Pages users read besides README.md, CONTRIBUTING.md and docs/*.md: they ship
+# in the packages (the bindings' READMEs, the server tarball's README).
+EXTRA_USER_PAGES = ["examples/README.md", "bindings-python/README.md", "bindings-ruby/README.md",
+                    "bindings-node/README.md", "bindings-node/npm/linux-x64-gnu/README.md",
+                    "deploy/server-README.md"]
+# BENCHMARKS.md included as a page, and the appendices that record earlier runs
+# (their figures are history, each dated or tied to its commit there).
+GENERATED_PAGES = {"docs/benchmark-report.md"}
+HISTORY_PAGES = {"docs/performance-history.md", "docs/soak-runs.md"}
+
+# Words about how the project is run, not about how it is used.
+TEAM_SPEAK = [
+    (r"\bthis round\b", "this round"),
+    (r"\bround of work\b", "round of work"),
+    (r"\bthe round before\b", "the round before"),
+    (r"\bgoals?\b", "goal"),
+    (r"\bgaps? \(\d+\)|\bgap \d+\b", "gap (N)"),
+    (r"\bseed[- ]style\b|(?<![\w/])seeds/|\bseed documents?\b", "the seed"),
+    (r"\bDecision \d+\b", "Decision N"),
+    (r"\btest (machine|machines|VM)\b", "the test machine"),
+    (r"\d s target\b|\btargets? (of|for) (this|the) (round|run)\b", "target"),
+    (r"\bSPEC(\.md)?\b", "SPEC"),
+    (r"§\s?\d+\.\d+", "a numbered subsection of another document"),
+    (r"\baccess to GitHub\b", "access to GitHub"),
+]
+
+FAILOVER_WORDS = re.compile(r"failover|kill -9|new (?:serving )?leader|first grant|fast profile|another node leads", re.I)
+SECONDS_FIGURE = re.compile(r"(?<![\d.])(\d+\.\d+)(?:\s*[–-]\s*(\d+\.\d+))? ?s\b")
+RATIO_FIGURE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)×")
+RATE_FIGURE = re.compile(r"(?<![\d.])(\d{1,3}(?:[  ]\d{3})+|\d+) (?:pairs|hand-overs|grants)/s\b")
+
+
+def user_pages():
+    """README.md, CONTRIBUTING.md, docs/*.md and EXTRA_USER_PAGES: path -> text."""
+    pages = docs()
+    for rel in EXTRA_USER_PAGES:
+        f = os.path.join(ROOT, rel)
+        if os.path.exists(f):
+            pages[rel] = open(f, encoding="utf-8").read()
+    return pages
+
+
+def prose(text):
+    """The text outside fenced code blocks and HTML comments."""
+    text = re.sub(r"^```.*?^```[^\n]*$", "", text, flags=re.S | re.M)
+    return re.sub(r"<!--.*?-->", "", text, flags=re.S)
+
+
+def paragraphs(text):
+    """Paragraphs of prose (a table row is a paragraph of its own), whitespace joined."""
+    out = []
+    for block in re.split(r"\n\s*\n", prose(text)):
+        lines = block.split("\n")
+        if any(l.lstrip().startswith("|") for l in lines):
+            out += [l for l in lines if l.strip()]
+        else:
+            out.append(" ".join(l.strip() for l in lines))
+    return [p for p in out if p.strip()]
+
+
+def mdbook_ids(text):
+    """The ids mdBook gives the headings of `text` (duplicates get -1, -2, …)."""
+    ids, seen = [], {}
+    for h in headings(text):
+        h = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", h)
+        h = re.sub(r"[`*]", "", h)
+        base = "".join(c.lower() if (c.isalnum() or c in "-_") else ("-" if c.isspace() else "") for c in h)
+        n = seen.get(base, 0)
+        ids.append(base if n == 0 else f"{base}-{n}")
+        seen[base] = n + 1
+    return ids
+
+
+def norm_heading(h):
+    h = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", h)
+    h = re.sub(r"[`*]", "", h).strip()
+    h = re.sub(r"^\d+\.\s*", "", h)
+    return h.rstrip(".").strip().lower()
+
+
+def names_heading(section, text):
+    """Whether `section` is a heading of `text`: exactly, or the start of one
+    that goes on with ':' or ' ('."""
+    want = norm_heading(section)
+    for h in (norm_heading(x) for x in headings(text)):
+        if h == want or h.startswith(want + ":") or h.startswith(want + " ("):
+            return True
+    return False
+
+
+def resolve_page(src, name):
+    """The file a page name cited on page `src` means: next to it, then in docs/."""
+    for cand in (os.path.normpath(os.path.join(os.path.dirname(src), name)), os.path.join("docs", name), name):
+        if os.path.isfile(os.path.join(ROOT, cand)):
+            return cand
+    return None
+
+
+def check_sections(pages, code):
+    texts = dict(pages)
+    # The pages of the site: a docs page that links another docs page not in
+    # SUMMARY.md links a page the built site does not have.
+    summary = pages.get("docs/SUMMARY.md", "")
+    in_book = {"docs/" + t for t in re.findall(r"\]\(([^)#\s]+\.md)\)", summary)} | {"docs/SUMMARY.md"}
+
+    def text_of(rel):
+        if rel not in texts:
+            texts[rel] = open(os.path.join(ROOT, rel), encoding="utf-8").read()
+        return texts[rel]
+
+    for src, text in sorted(pages.items()):
+        body = prose(text)
+        # Markdown links.
+        for target in re.findall(r"\]\(([^)\s]+)\)", body):
+            if re.match(r"[a-z]+:", target) or target.startswith("api/"):
+                continue
+            file, _, frag = target.partition("#")
+            rel = os.path.normpath(os.path.join(os.path.dirname(src), file)) if file else src
+            exists = os.path.exists(os.path.join(ROOT, rel))
+            check(exists, f"{src}: link {target}: {file} does not exist")
+            if src.startswith("docs/") and rel.startswith("docs/") and rel.endswith(".md"):
+                check(rel in in_book, f"{src}: link {target}: {rel} is not a page of the site (docs/SUMMARY.md)")
+            if exists and frag and rel.endswith(".md"):
+                check(frag in mdbook_ids(text_of(rel)), f"{src}: link {target}: no heading #{frag} in {rel}")
+        flat = re.sub(r"\s+", " ", body)
+        # `page.md, "Section"` and `page.md "Section"` citations.
+        for m in re.finditer(r'(?<![\w/.-])(?:docs/)?([a-z0-9-]+\.md)`?\)?,? "([^"]+)"', flat):
+            rel = resolve_page(src, m.group(1))
+            check(rel is not None, f'{src}: cites {m.group(1)}, which does not exist')
+            if rel:
+                check(names_heading(m.group(2), text_of(rel)), f'{src}: cites {m.group(1)}, "{m.group(2)}": no such section')
+        # `"Section" below/above` on the same page.
+        for m in re.finditer(r'"([^"]{3,80})" (?:below|above)\b', flat):
+            check(names_heading(m.group(1), text), f'{src}: "{m.group(1)}" below/above: no such section on this page')
+        # `page.md §N`.
+        for m in re.finditer(r'(?<![\w/.-])(?:docs/)?([a-z0-9-]+\.md)`?\)? ?§ ?(\d+)', flat):
+            rel = resolve_page(src, m.group(1))
+            if rel:
+                ok = any(re.match(r"%s[.\s]" % m.group(2), h) for h in headings(text_of(rel)))
+                check(ok, f"{src}: cites {m.group(1)} §{m.group(2)}: no such section")
+    # Anchors named in the code (error messages point users at them).
+    for path, text in code:
+        for m in re.finditer(r"docs/([a-z0-9-]+\.md)#([a-z0-9_-]+)", text):
+            rel = "docs/" + m.group(1)
+            ok = os.path.isfile(os.path.join(ROOT, rel)) and m.group(2) in mdbook_ids(text_of(rel))
+            check(ok, f"{path}: names docs/{m.group(1)}#{m.group(2)}, which does not resolve")
+
+
+def bench_figures():
+    """The figures of BENCHMARKS.md: ratios, failover seconds, rates."""
+    text = open(os.path.join(ROOT, "BENCHMARKS.md"), encoding="utf-8").read()
+    ratios = {float(x) for x in re.findall(r"(\d+(?:\.\d+)?)×", text)}
+    seconds = {float(x) for x in re.findall(r"(?:leader_s|first_grant_s)=(\d+\.\d+)", text)}
+    for line in text.split("\n"):
+        if line.startswith("| W3 ") or "--failover fast" in line:
+            seconds |= {float(x) for x in re.findall(r"(\d+\.\d+)", line)}
+    rates = {int(x) for x in re.findall(r"\bops_s=(\d+)", text)}
+    rates |= {int(x) for x in re.findall(r"\b(\d+) grants/s", text)}
+    rates |= {int(x.replace(" ", "")) for x in re.findall(r"(?<![\d.])(\d{1,3}(?: \d{3})+)(?![\d.])", text)}
+    return ratios, seconds, rates
+
+
+def quoted_as(q, values):
+    """Whether the figure written `q` is one of `values`, rounded to q's digits."""
+    if re.fullmatch(r"\d+", q.replace(" ", "").replace("\u202f", "")) and "." not in q:
+        n = int(q.replace(" ", "").replace("\u202f", ""))
+        zeros = len(str(n)) - len(str(n).rstrip("0")) if n else 0
+        return any(v == n or (zeros and round(v, -zeros) == n) for v in values)
+    digits = len(q.split(".")[1]) if "." in q else 0
+    return any(abs(v - float(q)) <= 0.5 * 10 ** -digits + 1e-9 for v in values)
+
+
+def check_figures(pages):
+    ratios, seconds, rates = bench_figures()
+    for src, text in sorted(pages.items()):
+        if src in GENERATED_PAGES or src in HISTORY_PAGES:
+            continue
+        for par in paragraphs(text):
+            for m in RATIO_FIGURE.finditer(par):
+                check(quoted_as(m.group(1), ratios), f"{src}: the ratio {m.group(1)}× is not a ratio of BENCHMARKS.md")
+            # A rate is a benchmark figure where the paragraph says so (a model's or an
+            # A/B experiment's rate is not).
+            quoted = re.search(r"BENCHMARKS|benchmark|ticketing-bench|\bW[1-7]\b", par)
+            for m in (RATE_FIGURE.finditer(par) if quoted else ()):
+                check(quoted_as(m.group(1), rates),
+                      f"{src}: the rate {m.group(0)} is not a figure of BENCHMARKS.md")
+            cells = par.split("|")
+            row_is_failover = par.lstrip().startswith("|") and len(cells) > 2 and FAILOVER_WORDS.search(cells[1])
+            for m in SECONDS_FIGURE.finditer(par):
+                if not row_is_failover:
+                    # A figure within a few words after a failover word, with nothing in
+                    # between that makes it another duration (a lease's end across a
+                    # failover is domain time; an election timeout is a setting).
+                    before = par[max(0, m.start() - 40):m.start()]
+                    words = list(FAILOVER_WORDS.finditer(before))
+                    if not words or re.search(r"lease|tick|timeout|down|heal", before[words[-1].end():]):
+                        continue
+                for q in filter(None, (m.group(1), m.group(2))):
+                    check(quoted_as(q, seconds),
+                          f"{src}: the failover time {q} s is not a W3 figure of BENCHMARKS.md (quote it from there)")
+
+
+def check_durable(pages):
+    said = re.compile(r"in memory only|memory[- ]only|state is lost|forgets every lock|(?:state|everything) is kept in memory", re.I)
+    for src, text in sorted(pages.items()):
+        if src in GENERATED_PAGES or src in HISTORY_PAGES:
+            continue
+        for par in paragraphs(text):
+            if said.search(par):
+                check(re.search(r"durable|--data-dir|data_dir", par) is not None,
+                      f"{src}: says the state is in memory only without durable mode (--data-dir): {par[:90]}…")
+
+
+def check_indeterminate(pages):
+    back = re.compile(r"\b(?:returns?|comes? back|is back|returned)\b[^.|;]{0,25}\blease end", re.I)
+    for src, text in sorted(pages.items()):
+        for par in paragraphs(text):
+            for sentence in re.split(r"(?<=[.;])\s", par):
+                if re.search(r"ndeterminate|INDETERMINATE", par) and back.search(sentence):
+                    check("5 s" in par, f"{src}: an Indeterminate grant 'returns at lease end' without the "
+                                        f"client's 5 s release window (docs/concepts.md#indeterminate): {sentence[:90]}…")
+
+
+def check_team_speak(pages):
+    for src, text in sorted(pages.items()):
+        if src in GENERATED_PAGES:
+            continue
+        body = prose(text)
+        for rx, name in TEAM_SPEAK:
+            for m in re.finditer(rx, body, flags=re.I if name not in ("SPEC", "Decision N") else 0):
+                line = body[: m.start()].count("\n") + 1
+                problem(f"{src}: team-speak ({name}): '{m.group(0)}' near line {line}")
+        global checks
+        checks += 1
+
+
+def check_registries(pages):
+    install = re.compile(r"\b(pip3?|gem|npm) (?:install|i)\b([^\n|`]*)")
+    for src, text in sorted(pages.items()):
+        # Paragraphs of prose and table rows, and the lines of code blocks.
+        lines = [l for l in text.split("\n") if install.search(l) and l not in prose(text)]
+        for par in paragraphs(text) + lines:
+            for m in install.finditer(par):
+                tool, args = m.group(1), m.group(2)
+                words = args.split()
+                if not any(re.fullmatch(r"['\"]?ticketing(?:[=~<>!@].*)?['\"]?", w) for w in words):
+                    continue
+                where = {"pip": r"--index-url|\s-i\s|--find-links|--no-index|index-url =",
+                         "pip3": r"--index-url|\s-i\s|--find-links|--no-index|index-url =",
+                         "gem": r"--source|--local|--clear-sources|source \"",
+                         "npm": r"--registry|registry="}[tool]
+                # A warning about the public registries names what they hold instead.
+                warning = re.search(r"\b(?:another|other) projects?\b", par)
+                check(warning is not None or re.search(where, par) is not None,
+                      f"{src}: `{tool} install ... ticketing` without an index, source, registry or file: "
+                      f"the public registries' `ticketing` is another project ({par.strip()[:80]}…)")
+        for m in re.finditer(r"ticketing\s*(~=|==|>=)\s*\d|\"~> \d|ticketing@[~^]?\d", text):
+            # Its paragraph, or the code block it is in (with the line before the block).
+            start = max(text.rfind("\n\n", 0, m.start()), text.rfind("\n- ", 0, m.start())) + 1
+            ends = [e for e in (text.find("\n\n", m.end()), text.find("\n- ", m.end())) if e >= 0]
+            par = text[start:min(ends) if ends else len(text)]
+            named = r"index-url|--source|source \"|--registry|registry=|\.whl|\.gem\b|\.tgz|(?:another|other) projects?"
+            check(re.search(named, par) is not None,
+                  f"{src}: the pin '{m.group(0)}' resolves on the public registry (another project): name the index")
+
+
+def check_install_links(pages):
+    for src in ("README.md", "docs/python.md", "docs/ruby.md", "docs/node.md", "docs/libraries.md", "docs/client.md"):
+        text = pages.get(src, "")
+        sec = section(text, "Install") if src != "docs/libraries.md" else text
+        if src == "docs/client.md" and not sec:
+            sec = text
+        links = [t for t in re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", prose(sec)) if not re.match(r"[a-z]+:", t)]
+        check(bool(links) and links[0].endswith("install.md"),
+              f"{src}: the first link of its install section is not docs/install.md ({links[:1]})")
+
+
+def exit_codes():
+    """The exit codes of the CLI and of the server, from their sources."""
+    cli = open(os.path.join(ROOT, "ticketing-client", "src", "bin", "ticketing.rs"), encoding="utf-8").read()
+    mod = re.search(r"mod code \{(.*?)\n\}", cli, re.S)
+    cli_codes = {int(x) for x in re.findall(r"pub const \w+: u8 = (\d+);", mod.group(1) if mod else "")}
+    server = set()
+    for dirpath, _, files in os.walk(os.path.join(ROOT, "ticketing-server", "src")):
+        for f in files:
+            if not f.endswith(".rs"):
+                continue
+            t = open(os.path.join(dirpath, f), encoding="utf-8").read()
+            server |= {int(x) for x in re.findall(r"ExitCode::from\((\d+)\)", t)}
+            server |= {int(x) for x in re.findall(r"pub const EXIT_\w+: i32 = (\d+);", t)}
+            for body in re.findall(r"fn exit_code\(&self\) -> u8 \{(.*?)\n    \}", t, re.S):
+                server |= {int(x) for x in re.findall(r"=> (\d+),", body)}
+            if "ExitCode::FAILURE" in t:
+                server.add(1)
+            if "ExitCode::SUCCESS" in t:
+                server.add(0)
+            if ".exit()" in t:
+                server.add(2)  # clap: a usage error exits 2 (--help and --version 0)
+    return cli_codes, server
+
+
+def check_exit_codes(pages):
+    cli_codes, server_codes = exit_codes()
+    errors = pages.get("docs/errors.md", "")
+    check(len(cli_codes) >= 10 and len(server_codes) >= 3, "found too few exit codes in the sources")
+    srv = section(errors, "ticketing-server` exit codes")
+    listed = {int(x) for x in re.findall(r"^\| (\d+) \|", srv, re.M)}
+    for c in sorted(server_codes):
+        check(c in listed, f"docs/errors.md: ticketing-server exits {c}, which its table does not list")
+    cl = section(errors, "ticketing` CLI exit codes")
+    listed = {int(x) for x in re.findall(r"(?<![\d.])(\d+)(?![\d.])", cl)}
+    for c in sorted(cli_codes):
+        check(c in listed, f"docs/errors.md: the ticketing CLI exits {c}, which its section does not list")
+
+
+def static_checks(code):
+    pages = user_pages()
+    check_sections(pages, code)
+    check_figures(pages)
+    check_durable(pages)
+    check_indeterminate(pages)
+    check_team_speak(pages)
+    check_registries(pages)
+    check_install_links(pages)
+    check_exit_codes(pages)
+
+
+def program_checks(server, pages, code):
+    """flags, env and metrics: they need the built programs (their --help, a running server)."""
+    bindir = os.path.dirname(server)
     # --- flags -------------------------------------------------------------
     server_help = run_help([server, "--help"])
     server_flags = flags_of(server_help) - {"--help", "--version", "--dir", "--nodes", "--hosts"}
@@ -221,7 +583,6 @@ def main():
         check(f in flags_of(conf), f"ticketing-server {f} is not documented in docs/configuration.md")
 
     # --- env ---------------------------------------------------------------
-    code = code_text()
     codetext = "\n".join(t for _, t in code)
     env_known = set()
     for h in helps:
@@ -261,6 +622,18 @@ def main():
     for base, kind in sorted(served):
         wire = base + "_total" if kind == "counter" else base
         check(wire in mpage, f"metric {wire} is served but not on docs/metrics.md")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--server", default=os.path.join(ROOT, "target", "debug", "ticketing-server"))
+    ap.add_argument("--static-only", action="store_true",
+                    help="only the checks that need no built program (not flags, env, metrics)")
+    args = ap.parse_args()
+    pages = docs()
+    code = code_text()
+    if not args.static_only:
+        program_checks(os.path.abspath(args.server), pages, code)
 
     # --- error codes -------------------------------------------------------
     code_rs = open(os.path.join(ROOT, "ticketing-proto", "src", "frame", "code.rs"), encoding="utf-8").read()
@@ -325,22 +698,7 @@ def main():
                               f"{path}:{i + 1}: the block differs from {t.group(1)} (it must be exactly that file)")
             i = j + 1
 
-    # --- links of the pages outside the site (README.md, CONTRIBUTING.md) ------------
-    def slug(h):
-        h = re.sub(r"[`*_]", "", h).strip().lower()
-        return re.sub(r"\s", "-", re.sub(r"[^\w\s-]", "", h))
-
-    for path in ("README.md", "CONTRIBUTING.md"):
-        text = re.sub(r"```.*?```", "", pages.get(path, ""), flags=re.S)
-        for target in re.findall(r"\]\(([^)\s]+)\)", text):
-            if re.match(r"[a-z]+:", target) or target.startswith("#"):
-                continue
-            file, _, frag = target.partition("#")
-            f = os.path.normpath(os.path.join(ROOT, os.path.dirname(path), file))
-            check(os.path.exists(f), f"{path}: link {target}: {file} does not exist")
-            if frag and f.endswith(".md") and os.path.isfile(f):
-                check(frag in {slug(h) for h in headings(open(f, encoding="utf-8").read())},
-                      f"{path}: link {target}: no heading #{frag} in {file}")
+    static_checks(code)
 
     for p in problems:
         print(p)

@@ -32,7 +32,7 @@ export async function main(addr: string): Promise<bigint> {
     }
   } catch (err) {
     if (err instanceof IndeterminateError) {
-      console.log('may have been granted: not entering; it returns at lease end')
+      console.log('may have been granted: not entering; the client releases it within 5 s')
     } else if (err instanceof TicketingError) {
       console.log('ticketing error', err.code)
     } else {

@@ -14,8 +14,8 @@ class TestSeedExample < Minitest::Test
   def seed_example
     text = File.read(README)
     blocks = text.scan(/^```ruby\n(.*?)^```$/m).flatten
-    example = blocks.find { |b| b.include?("Ticketing::TicketBroker.connect") }
-    refute_nil example, "README.md has no Ruby example with TicketBroker.connect"
+    example = blocks.find { |b| b.include?("Ticketing::TicketBroker") }
+    refute_nil example, "README.md has no Ruby example with a Ticketing::TicketBroker"
     example
   end
 

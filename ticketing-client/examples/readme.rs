@@ -3,8 +3,9 @@ use ticketing_client::{Error, TicketBroker};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let addr = std::env::var("TICKETING_ADDR").unwrap_or_else(|_| "127.0.0.1:5225".into());
-    let broker = TicketBroker::connect(&addr).await?;
+    // TICKETING_ADDR: one address, or every node of a cluster separated by commas
+    let addrs = std::env::var("TICKETING_ADDR").unwrap_or_else(|_| "127.0.0.1:5225".into());
+    let broker = TicketBroker::builder(addrs.split(',')).connect().await?;
     let s = Duration::from_secs; // wait 5 s in the queue, lease 30 s, need 2 s of work time
     match broker.acquire("seat-17", s(5), s(30), s(2)).await {
         Ok(Some(ticket)) => {

@@ -45,8 +45,9 @@ impl TicketBroker {
     /// frees every key. Too few or too many keys, a key twice, a bad key, or
     /// keys too long together for one 512-byte request are
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument), nothing sent. An Indeterminate end: the
-    /// client asks about and releases every key in the background (a grant
-    /// of a key it cannot confirm returns at lease end). Everything else as
+    /// client asks about and releases every key in the background, within
+    /// 5 s (a key it cannot confirm in that time stays held until its lease
+    /// ends). Everything else as
     /// [`TicketBroker::acquire`].
     pub async fn acquire_all(
         &self,

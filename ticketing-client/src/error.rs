@@ -21,8 +21,10 @@ pub enum Error {
         key: String,
     },
     /// The request may have been sent and no definite answer came: the lock
-    /// may have been granted. Do NOT enter the critical section; a grant, if
-    /// any, returns at lease end.
+    /// may have been granted. Do NOT enter the critical section. The release
+    /// lane asks the leader about the acquire and releases exactly its grant
+    /// within 5 s (docs/client.md, "Release lane"); only if no leader answers
+    /// within those 5 s does a grant stay until its lease ends.
     Indeterminate,
     /// Granted, but less than the work budget (or nothing) was left of the
     /// conservative lease; the grant was handed to the release lane.
@@ -70,7 +72,7 @@ impl fmt::Display for Error {
             Error::Forbidden { key } => write!(f, "forbidden: this client's principal may not use the key {key}"),
             Error::Indeterminate => f.write_str(
                 "indeterminate: the acquire may have been granted; do not enter the critical section \
-                 (a grant returns at lease end)",
+                 (the client releases such a grant within 5 s, else it ends with its lease)",
             ),
             Error::InsufficientTime => {
                 f.write_str("insufficient time: the grant left less than the work budget; it is being released")

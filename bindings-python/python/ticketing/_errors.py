@@ -58,7 +58,10 @@ class ForbiddenError(TicketingError):
 class IndeterminateError(TicketingError):
     """The acquire was possibly sent but no definite answer arrived (the
     session was lost, or no answer within ``wait + 5 s``). Do NOT enter the
-    critical section; a grant, if it happened, returns at its lease end."""
+    critical section. The client asks the leader whether that acquire holds
+    the key and releases exactly that grant within 5 s, so the key is free
+    again in about a failover time; only if no leader answers within those
+    5 s does a grant stay until its lease ends."""
 
     code = "indeterminate"
 

@@ -42,8 +42,10 @@ module Ticketing
   end
 
   # The acquire may have been sent and no definite answer came: the lock may
-  # have been granted. Do NOT enter the critical section; a grant, if any,
-  # returns at lease end (the client asks the leader and releases it sooner).
+  # have been granted. Do NOT enter the critical section. The client asks the
+  # leader about the acquire and releases exactly its grant within 5 s; only
+  # if no leader answers within those 5 s does a grant stay until its lease
+  # ends.
   class IndeterminateError < Error
     # The value of {#code} for this class.
     CODE = :indeterminate

@@ -314,7 +314,7 @@ async function main() {
       ticket = await acquire();
     } catch (e) {
       const code = e instanceof TicketingError ? String(e.code).toUpperCase() : '';
-      // INDETERMINATE: maybe granted, maybe not: never enter. A grant returns at lease end.
+      // INDETERMINATE: maybe granted, maybe not: never enter. The client releases such a grant within 5 s.
       const what = { BUSY: 'busy', INDETERMINATE: 'indeterminate', UNAVAILABLE: 'unavailable',
         INSUFFICIENT_TIME: 'insufficient_time' }[code];
       if (!what) throw e;
@@ -435,7 +435,7 @@ async function main() {
       ticket = await broker.acquire(o.event, wait, lease, 1);
     } catch (e) {
       const code = e instanceof TicketingError ? String(e.code).toUpperCase() : '';
-      // INDETERMINATE: maybe granted, maybe not: never enter. A grant returns at lease end.
+      // INDETERMINATE: maybe granted, maybe not: never enter. The client releases such a grant within 5 s.
       const what = { BUSY: 'busy', INDETERMINATE: 'indeterminate', UNAVAILABLE: 'unavailable',
         INSUFFICIENT_TIME: 'insufficient_time' }[code];
       if (!what) throw e;

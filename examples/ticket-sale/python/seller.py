@@ -301,7 +301,7 @@ def main() -> int:
             retry_later("busy")
             continue
         except ticketing.IndeterminateError:
-            # Maybe granted, maybe not: never enter. A grant returns at lease end.
+            # Maybe granted, maybe not: never enter. The client releases such a grant within 5 s.
             retry_later("indeterminate")
             continue
         except ticketing.UnavailableError:
@@ -380,7 +380,7 @@ def sell_many(a: argparse.Namespace, store: Store, broker: ticketing.TicketBroke
             retry_later("busy")
             return None
         except ticketing.IndeterminateError:
-            # Maybe granted, maybe not: never enter. A grant returns at lease end.
+            # Maybe granted, maybe not: never enter. The client releases such a grant within 5 s.
             retry_later("indeterminate")
             return None
         except ticketing.UnavailableError:

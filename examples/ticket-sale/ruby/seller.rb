@@ -247,7 +247,7 @@ rescue Ticketing::BusyError
   retry_later.call(:busy)
   nil
 rescue Ticketing::IndeterminateError
-  # Maybe granted, maybe not: never enter. A grant returns at lease end.
+  # Maybe granted, maybe not: never enter. The client releases such a grant within 5 s.
   retry_later.call(:indeterminate)
   nil
 rescue Ticketing::UnavailableError
@@ -366,7 +366,7 @@ loop do
     retry_later.call(:busy)
     next
   rescue Ticketing::IndeterminateError
-    # Maybe granted, maybe not: never enter. A grant returns at lease end.
+    # Maybe granted, maybe not: never enter. The client releases such a grant within 5 s.
     retry_later.call(:indeterminate)
     next
   rescue Ticketing::UnavailableError

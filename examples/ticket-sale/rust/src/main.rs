@@ -170,7 +170,7 @@ impl Counts {
             Err(e) => {
                 match e {
                     Error::Busy => self.busy += 1,
-                    // Maybe granted, maybe not: never enter. A grant returns at lease end.
+                    // Maybe granted, maybe not: never enter. The client releases such a grant within 5 s.
                     Error::Indeterminate => self.indeterminate += 1,
                     Error::Unavailable => self.unavailable += 1,
                     Error::InsufficientTime => self.insufficient_time += 1,
@@ -248,7 +248,7 @@ fn sell(args: &Args, store: &mut Store, rt: &tokio::runtime::Runtime, broker: &T
             Err(e) => {
                 match e {
                     Error::Busy => counts.busy += 1,
-                    // Maybe granted, maybe not: never enter. A grant returns at lease end.
+                    // Maybe granted, maybe not: never enter. The client releases such a grant within 5 s.
                     Error::Indeterminate => counts.indeterminate += 1,
                     Error::Unavailable => counts.unavailable += 1,
                     Error::InsufficientTime => counts.insufficient_time += 1,
