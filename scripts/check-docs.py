@@ -7,7 +7,7 @@ Read: README.md, CONTRIBUTING.md and docs/*.md ("the docs"). Checked:
 
   flags      every `--flag` in the docs is a flag of one of the project's
              programs (the server, its gen-certs, the `ticketing` CLI,
-             ticketing-bench, ticketing-verify, the ticket-sale demo and its
+             ticketing-bench, ticketing-verify, ticketing-sim, the ticket-sale demo and its
              sellers: each one's --help) or of a tool the docs tell you to
              run (cargo, npm, pip, ...: EXTERNAL_FLAGS below); every flag of
              the configuration page's tables is a server flag; and every
@@ -84,7 +84,7 @@ EXTERNAL_FLAGS = {
     "--release", "--workspace", "--all-targets", "--no-deps", "--locked", "--example", "--bin", "--test",
     "--lib", "--doc", "--features", "--no-default-features", "--exclude", "--no-fail-fast", "--check",
     "--all", "--path", "--version", "--help", "--offline", "--target-dir", "--quiet", "--target",
-    "--package", "--manifest-path", "--profile", "--dest-dir",
+    "--package", "--manifest-path", "--profile", "--dest-dir", "--cfg",
     # npm / node / pip / gem / python / ruby
     "--no-save", "--no-audit", "--no-fund", "--ignore-scripts", "--pack-destination", "--silent",
     "--loglevel", "--test-reporter", "--local", "--no-document", "--strict", "--install-dir", "--upgrade",
@@ -557,7 +557,7 @@ def program_checks(server, pages, code):
     cli = os.path.join(bindir, "ticketing")
     for sub in ([], ["lock"], ["ping"], ["locks"]):
         helps.append(run_help([cli] + sub + ["--help"]))
-    for prog in ("ticketing-bench", "ticketing-verify", "ticket-sale-seller"):
+    for prog in ("ticketing-bench", "ticketing-verify", "ticketing-sim", "ticket-sale-seller"):
         p = os.path.join(bindir, prog)
         if os.path.exists(p):
             helps.append(run_help([p, "--help"]))
@@ -565,7 +565,8 @@ def program_checks(server, pages, code):
             problem(f"{p} is not built (cargo build --workspace --all-targets builds it)")
     helps.append(run_help([sys.executable, os.path.join(ROOT, "examples", "ticket-sale", "demo"), "--help"]))
     # scripts/bench-peers parses its own options (its usage line is its header).
-    helps.append(open(os.path.join(ROOT, "scripts", "bench-peers"), encoding="utf-8").read().split("\nset ")[0])
+    for script in ("bench-peers", "simulate"):
+        helps.append(open(os.path.join(ROOT, "scripts", script), encoding="utf-8").read().split("\nset ")[0])
     for h in helps:
         known |= flags_of(h)
     for path, text in pages.items():
