@@ -40,14 +40,7 @@ fn main() -> ExitCode {
     let mut grants = 0u64;
     for seed in cli.seed..cli.seed + cli.seeds {
         let nodes = cli.nodes.unwrap_or(if seed % 2 == 0 { 3 } else { 5 });
-        let plan = Plan {
-            seed,
-            nodes,
-            clients: cli.clients,
-            keys: 5,
-            duration: Duration::from_secs(cli.seconds),
-            log: cli.log,
-        };
+        let plan = Plan { seed, nodes, clients: cli.clients, keys: 5, duration: Duration::from_secs(cli.seconds) };
         let dir = run::run_dir(None, seed);
         let out = match run::run(&plan, &dir) {
             Ok(out) => out,

@@ -56,8 +56,6 @@ pub struct Plan {
     pub keys: usize,
     /// Simulated time the clients run for.
     pub duration: Duration,
-    /// The node and client logs at `info` on stderr.
-    pub log: bool,
 }
 
 /// What one seed found.
