@@ -1,0 +1,1 @@
+"""The parts of scripts/check-docs.py, one responsibility each (see its docstring)."""
