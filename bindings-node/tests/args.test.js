@@ -148,14 +148,8 @@ test('constructor: TypeError for wrong types, RangeError for bad values, thrown 
 
 test('connect takes one comma-separated string or an array (as TICKETING_ADDR holds them)', async () => {
   const srv = await Server.start()
-  // A dead address first (bound, then closed): the broker routes to the live one.
-  const dead = await new Promise((resolve) => {
-    const s = require('node:net').createServer()
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address()
-      s.close(() => resolve(`127.0.0.1:${port}`))
-    })
-  })
+  // A dead address first: the broker routes to the live one.
+  const dead = await deadAddr()
   try {
     for (const addrs of [`${dead}, ${srv.addr}`, [dead, srv.addr]]) {
       const b = await TicketBroker.connect(addrs)

@@ -38,12 +38,10 @@ def test_acquire_release(addr: str, key: str) -> None:
 
 
 def test_connect_takes_one_comma_separated_string_or_a_list(addr: str, key: str) -> None:
-    # A dead address first (bound, then closed): the broker routes to the live one.
-    import socket
+    # A dead address first: the broker routes to the live one.
+    from conftest import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = "127.0.0.1:%d" % s.getsockname()[1]
+    dead = f"127.0.0.1:{free_port()}"
     for addrs in (f"{dead}, {addr}", [dead, addr]):
         with ticketing.TicketBroker.connect(addrs) as b:
             assert b.wait_ready(5)
