@@ -30,6 +30,16 @@ ko() { failed=$((failed + 1)); echo "FAIL $*"; }
 skipped=0
 finish() { echo "verify: $passed passed, $failed failed, $skipped skipped"; [ "$failed" -eq 0 ]; exit $?; }
 
+# Every release-profile cargo run here shares target/release with scripts/release's
+# build, so it runs with that build's environment (its linker: zig, against glibc
+# 2.17, scripts/zig-cc): cargo's fingerprints include the linker, and a run
+# without it would compile the whole tree again, and the next release build too.
+if ! RELEASE_ENV_LINES=$(bash "$ROOT/scripts/release" --cargo-env); then
+    ko "scripts/release --cargo-env (the release build's tools)"
+    finish
+fi
+mapfile -t RELEASE_ENV <<<"$RELEASE_ENV_LINES"
+
 # The earlier release the rolling upgrade starts from: built before the
 # release build below, into the same target dir (the dependencies are
 # compiled once for both; that build re-links this release's binaries over
@@ -46,7 +56,7 @@ else
     src=$TARGET/upgrade-from/src
     rm -rf "$src" && mkdir -p "$src"
     if git -C "$ROOT" archive "$UPGRADE_FROM" | tar -x -C "$src" &&
-        (cd "$src" && cargo build --release --locked -p ticketing-server --target-dir "$TARGET" 2>&1 | tail -n 2) &&
+        (cd "$src" && env "${RELEASE_ENV[@]}" cargo build --release --locked -p ticketing-server --target-dir "$TARGET" 2>&1 | tail -n 2) &&
         cp "$TARGET/release/ticketing-server" "$OLD_SERVER.part" && mv "$OLD_SERVER.part" "$OLD_SERVER"; then
         rm -rf "$src"
     else
@@ -114,7 +124,7 @@ log=$(mktemp)
 # The PostgreSQL fence test is #[ignore]d without a database: run it when there is one.
 include=()
 if [ -n "$PG_URL" ]; then export TICKETING_VERIFY_PG_URL=$PG_URL; include=(-- --include-ignored); fi
-cargo test --release -p ticketing-verify --lib --test checker "${include[@]}" 2>&1 | tee "$log" | grep -E '^(test |test result)'
+env "${RELEASE_ENV[@]}" cargo test --release -p ticketing-verify --lib --test checker "${include[@]}" 2>&1 | tee "$log" | grep -E '^(test |test result)'
 rc=${PIPESTATUS[0]}
 p=$(grep -Eo '[0-9]+ passed' "$log" | awk '{s+=$1} END {print s+0}')
 f=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')

@@ -24,6 +24,8 @@ EXTERNAL_FLAGS = {
     "--user", "--index-url", "--extra-index-url", "--find-links", "--no-index", "--list-undoc",
     "--fail-on-warning", "--markup", "--no-save", "--no-cache", "--optional", "--server", "--only-binary",
     "--omit", "--registry", "--source", "--clear-sources",
+    # maturin (how the release builds the wheel: CONTRIBUTING.md)
+    "--zig", "--compatibility",
     # systemctl
     "--now",
     # curl / openssl / shell / git / perf / misc
@@ -104,8 +106,8 @@ def program_checks(server, pages, code):
         else:
             problem(f"{p} is not built (cargo build --workspace --all-targets builds it)")
     helps.append(run_help([sys.executable, os.path.join(ROOT, "examples", "ticket-sale", "demo"), "--help"]))
-    # scripts/bench-peers parses its own options (its usage line is its header).
-    for script in ("bench-peers", "simulate"):
+    # scripts/bench-peers, scripts/simulate and scripts/release parse their own options (their usage is their header).
+    for script in ("bench-peers", "simulate", "release"):
         helps.append(open(os.path.join(ROOT, "scripts", script), encoding="utf-8").read().split("\nset ")[0])
     for h in helps:
         known |= flags_of(h)
