@@ -8,7 +8,11 @@
 //! - `token-from-clock`: a token is the proposer's wall clock alone, not
 //!   above the last one;
 //! - `domain-time-jump`: a new leader starts its domain clock 250 s ahead,
-//!   so the leases it inherits end at once.
+//!   so the leases it inherits end at once;
+//! - `apply-before-fsync` (durable mode): a node applies an entry (and the
+//!   leader answers it) before its own fsync covers it;
+//! - `ack-before-fsync` (durable mode): a follower reports entries written
+//!   to the leader before its fsync, as the leader does its own.
 
 /// Whether the mutation `name` is on.
 #[cfg(feature = "mutations")]

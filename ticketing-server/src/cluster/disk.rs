@@ -25,7 +25,6 @@ use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{
     CommittedLeaderId, Entry, EntryPayload, LogId, LogState, RaftLogReader, StorageError, StorageIOError, Vote,
 };
-use raft_log::api::raft_log_writer::RaftLogWriter;
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
@@ -203,7 +202,7 @@ impl RaftLogStorage<TypeConfig> for DiskLog {
         };
         let mark = self.journal.mark(last);
         let mut log = self.journal.lock();
-        let ahead = leads(log.log_state().vote(), self.me, &records);
+        let ahead = leads(log.log_state().vote(), self.me, &records) || crate::mutation::on("ack-before-fsync");
         if let Err(e) = log.append(records) {
             self.journal.stop(&e);
         }

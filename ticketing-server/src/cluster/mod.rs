@@ -276,7 +276,7 @@ impl Node {
 }
 
 /// A new NodeId: random, non-zero, below 2^63 (docs/deployment.md, "Identity and the rolling restart").
-pub(crate) fn random_node_id() -> NodeId {
+pub fn random_node_id() -> NodeId {
     loop {
         let id = rand_core::RngCore::next_u64(&mut ticketing_proto::entropy::ThreadOr(rand_core::OsRng));
         // Keep ids below 2^63 so they read the same in every JSON consumer.

@@ -13,6 +13,12 @@
 //! entry an fsync has covered. Why a cluster node needs it, and where it is
 //! waited for, is said once, in `cluster::disk`.
 //!
+//! The journal reaches its log through [`LogStore`]: `raft-log` in every
+//! build, or another store the data dir was given
+//! ([`DataDir::on_log_store`]): a simulation's disk, which loses what was
+//! not fsynced at a simulated power loss (docs/verification.md,
+//! "Simulation").
+//!
 //! Log ids are `((term, leader NodeId), index)`, votes `((term, NodeId),
 //! committed)`: tuples ordered as openraft orders them. A standalone server
 //! writes term 1, leader 0.
@@ -50,6 +56,108 @@ impl Types for JournalTypes {
 
     fn payload_size(payload: &Vec<u8>) -> u64 {
         payload.len() as u64
+    }
+}
+
+/// What the journal's log is as of now: its last entry, the last purged,
+/// the vote and the committed id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogView {
+    /// The last entry's id.
+    pub last: Option<JLogId>,
+    /// The last purged entry's id.
+    pub purged: Option<JLogId>,
+    /// The vote.
+    pub vote: Option<JVote>,
+    /// The committed id.
+    pub committed: Option<JLogId>,
+}
+
+impl LogView {
+    /// The last entry's id.
+    pub fn last(&self) -> Option<&JLogId> {
+        self.last.as_ref()
+    }
+    /// The last purged entry's id.
+    pub fn purged(&self) -> Option<&JLogId> {
+        self.purged.as_ref()
+    }
+    /// The vote.
+    pub fn vote(&self) -> Option<&JVote> {
+        self.vote.as_ref()
+    }
+    /// The committed id.
+    pub fn committed(&self) -> Option<&JLogId> {
+        self.committed.as_ref()
+    }
+}
+
+/// The storage under the journal: a write-ahead log of entries, a vote and
+/// a committed id. Every write is queued in order; [`LogStore::flush`] with
+/// `sync` makes everything queued before it durable and only then calls its
+/// callback (with the error, if the write or fsync failed). Reads see every
+/// queued write.
+pub trait LogStore: Send {
+    /// The state, every queued write included.
+    fn view(&self) -> LogView;
+    /// Appends entries (ids in increasing order, after the last).
+    fn append_records(&mut self, records: Vec<(JLogId, Vec<u8>)>) -> io::Result<()>;
+    /// Removes the entries from `index` on.
+    fn truncate(&mut self, index: u64) -> io::Result<()>;
+    /// Removes the entries up to `upto`, which becomes the last purged.
+    fn purge(&mut self, upto: JLogId) -> io::Result<()>;
+    /// Replaces the vote.
+    fn save_vote(&mut self, vote: JVote) -> io::Result<()>;
+    /// Replaces the committed id.
+    fn commit(&mut self, id: JLogId) -> io::Result<()>;
+    /// Writes out everything queued (and fsyncs it, with `sync`), then calls `callback`.
+    fn flush(&mut self, sync: bool, callback: Option<Flushed>) -> io::Result<()>;
+    /// The entries with index in `[from, to)`.
+    fn read(&self, from: u64, to: u64) -> io::Result<Vec<(JLogId, Vec<u8>)>>;
+}
+
+impl dyn LogStore {
+    /// The state, every queued write included (as `raft-log` names it).
+    pub fn log_state(&self) -> LogView {
+        self.view()
+    }
+
+    /// Appends entries (ids in increasing order, after the last).
+    pub fn append(&mut self, records: impl IntoIterator<Item = (JLogId, Vec<u8>)>) -> io::Result<()> {
+        self.append_records(records.into_iter().collect())
+    }
+}
+
+impl LogStore for RaftLog<JournalTypes> {
+    fn view(&self) -> LogView {
+        let st = RaftLog::log_state(self);
+        LogView {
+            last: st.last().copied(),
+            purged: st.purged().copied(),
+            vote: st.vote().copied(),
+            committed: st.committed().copied(),
+        }
+    }
+    fn append_records(&mut self, records: Vec<(JLogId, Vec<u8>)>) -> io::Result<()> {
+        RaftLogWriter::append(self, records).map(drop)
+    }
+    fn truncate(&mut self, index: u64) -> io::Result<()> {
+        RaftLogWriter::truncate(self, index).map(drop)
+    }
+    fn purge(&mut self, upto: JLogId) -> io::Result<()> {
+        RaftLogWriter::purge(self, upto).map(drop)
+    }
+    fn save_vote(&mut self, vote: JVote) -> io::Result<()> {
+        RaftLogWriter::save_vote(self, vote).map(drop)
+    }
+    fn commit(&mut self, id: JLogId) -> io::Result<()> {
+        RaftLogWriter::commit(self, id).map(drop)
+    }
+    fn flush(&mut self, sync: bool, callback: Option<Flushed>) -> io::Result<()> {
+        RaftLogWriter::flush(self, sync, callback)
+    }
+    fn read(&self, from: u64, to: u64) -> io::Result<Vec<(JLogId, Vec<u8>)>> {
+        RaftLog::read(self, from, to).collect()
     }
 }
 
@@ -95,6 +203,13 @@ impl fmt::Debug for Flushed {
     }
 }
 
+impl Flushed {
+    /// The flush ended with `res` (what a [`LogStore`] calls; an error is fail-stop).
+    pub fn completed(self, res: Result<(), io::Error>) {
+        Callback::send(self, res)
+    }
+}
+
 impl Callback for Flushed {
     fn send(self, res: Result<(), io::Error>) {
         if let Err(e) = res {
@@ -123,7 +238,7 @@ impl Callback for Flushed {
 /// An open journal, shared by the tasks that append to and read it.
 #[derive(Clone)]
 pub struct Journal {
-    log: Arc<Mutex<RaftLog<JournalTypes>>>,
+    log: Arc<Mutex<Box<dyn LogStore>>>,
     /// The log's directory (named by a fail-stop).
     path: Arc<PathBuf>,
     /// The id of the last entry an fsync has covered.
@@ -142,8 +257,20 @@ const CHUNK_MAX_RECORDS: usize = 20_000;
 const CHUNK_MAX_SIZE: usize = 64 << 20;
 
 impl Journal {
-    /// Opens the journal of `dir` (replaying it: a damaged record is an error naming the file).
+    /// Opens the journal of `dir` (replaying it: a damaged record is an error
+    /// naming the file), on the store `dir` was given if any.
     pub fn open(dir: &DataDir) -> Result<Journal, super::DataDirError> {
+        let log: Box<dyn LogStore> = match dir.log_store() {
+            Some(open) => open().map_err(|e| dir.log_error(e))?,
+            None => Box::new(Self::open_raft_log(dir)?),
+        };
+        // Everything found on open is on disk.
+        let durable = Arc::new(watch::Sender::new(log.view().last));
+        Ok(Journal { log: Arc::new(Mutex::new(log)), path: Arc::new(dir.log_dir()), durable })
+    }
+
+    /// `raft-log` in `dir`'s `log/`, its torn tail dropped.
+    fn open_raft_log(dir: &DataDir) -> Result<RaftLog<JournalTypes>, super::DataDirError> {
         let mut config = raft_log::Config::new(dir.log_dir().display().to_string());
         config.wal.chunk_max_records = Some(CHUNK_MAX_RECORDS);
         config.wal.chunk_max_size = Some(CHUNK_MAX_SIZE);
@@ -176,9 +303,7 @@ impl Journal {
             }
             other => other.map_err(|e| dir.log_error(e))?,
         };
-        // Everything found on open is on disk.
-        let durable = Arc::new(watch::Sender::new(log.log_state().last().copied()));
-        Ok(Journal { log: Arc::new(Mutex::new(log)), path: Arc::new(dir.log_dir()), durable })
+        Ok(log)
     }
 
     /// The watermark: the id of the last entry an fsync has covered.
@@ -205,12 +330,12 @@ impl Journal {
     /// truncation and its fsync (the entries that replace the cut ones may
     /// have lower ids than those).
     pub fn reset_durable(&self) {
-        let last = self.lock().log_state().last().copied();
+        let last = self.lock().view().last;
         self.durable.send_replace(last);
     }
 
     /// The log, locked (held briefly: appends only fill a buffer).
-    pub fn lock(&self) -> MutexGuard<'_, RaftLog<JournalTypes>> {
+    pub fn lock(&self) -> MutexGuard<'_, Box<dyn LogStore>> {
         // A poisoned lock means a panic mid-call; the log's state is its own.
         self.log.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -237,6 +362,6 @@ impl Journal {
 
     /// The payloads of the entries with index in `[from, to)`, with their log ids.
     pub fn read(&self, from: u64, to: u64) -> io::Result<Vec<(JLogId, Vec<u8>)>> {
-        self.lock().read(from, to).collect()
+        self.lock().read(from, to)
     }
 }

@@ -234,7 +234,11 @@ pub struct DataDir {
     mode: Mode,
     identity: Mutex<Identity>,
     _lock: Flock<File>,
+    log: Option<OpenLog>,
 }
+
+/// Opens the log store of a data dir given one ([`DataDir::on_log_store`]).
+pub type OpenLog = std::sync::Arc<dyn Fn() -> io::Result<Box<dyn journal::LogStore>> + Send + Sync>;
 
 impl fmt::Debug for DataDir {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -361,7 +365,21 @@ impl DataDir {
             }
         };
         fs::create_dir_all(path.join(LOG)).map_err(io_err(&path.join(LOG)))?;
-        Ok(DataDir { path: path.to_owned(), mode, identity: Mutex::new(identity), _lock: lock })
+        Ok(DataDir { path: path.to_owned(), mode, identity: Mutex::new(identity), _lock: lock, log: None })
+    }
+
+    /// This DIR with its journal on the store `open` opens instead of
+    /// `raft-log` in `log/`: a simulation's disk (docs/verification.md,
+    /// "Simulation"). Such a DIR also writes its snapshots on the calling
+    /// task, not on a blocking thread: a simulation runs on one thread.
+    pub fn on_log_store(mut self, open: OpenLog) -> DataDir {
+        self.log = Some(open);
+        self
+    }
+
+    /// The store given by [`DataDir::on_log_store`], if any.
+    pub fn log_store(&self) -> Option<&OpenLog> {
+        self.log.as_ref()
     }
 
     /// DIR.

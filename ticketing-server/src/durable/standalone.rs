@@ -12,7 +12,6 @@ use super::{DataDir, DataDirError};
 use crate::cluster::store::snapshot_threshold;
 use crate::locks::{Command, LockState};
 use crate::replication::{Leadership, Proposal, ProposeError, Replicator};
-use raft_log::api::raft_log_writer::RaftLogWriter;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use ticketing_proto::Addr;
