@@ -8,5 +8,6 @@
 //! history.
 #![deny(missing_docs)]
 
+pub mod disk;
 pub mod net;
 pub mod run;

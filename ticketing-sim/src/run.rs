@@ -3,9 +3,13 @@
 //! the fault suite's checker over the history.
 //!
 //! Every node runs the server's own assembly (`server::Builder` with the
-//! simulated client port and peer network), in memory mode: a crashed node
+//! simulated client port and peer network). In memory mode a crashed node
 //! comes back as a new node that replaces the old one, as a restarted
-//! memory-mode process does. The clients run the client library
+//! memory-mode process does. In durable mode each node has a data dir whose
+//! journal is on a simulated disk ([`crate::disk`]): a crash is a power
+//! loss that takes what was not fsynced, and the node comes back from what
+//! is left, with its NodeId; one fault takes the power of a majority or of
+//! every node at once. The clients run the client library
 //! (`Builder::connector`) on one host, so every timestamp of the history
 //! is read on one clock. Each holder writes through a token fence (an
 //! exclusive holder's write is accepted only above every token accepted
@@ -25,7 +29,9 @@ use ticketing_verify::db::Final;
 use ticketing_verify::history::Event;
 use ticketing_verify::rng::Rng;
 
+use crate::disk::SimDisk;
 use crate::net;
+use ticketing_server::durable::{DataDir, Mode};
 
 /// The client port of every node.
 const CLIENT_PORT: u16 = 5225;
@@ -56,6 +62,23 @@ pub struct Plan {
     pub keys: usize,
     /// Simulated time the clients run for.
     pub duration: Duration,
+    /// Durable mode: data dirs with their journals on simulated disks.
+    pub durable: bool,
+}
+
+impl Plan {
+    /// The plan the seeds run by default: 3 nodes for even seeds, 5 for odd
+    /// ones; memory mode for seeds 0 and 1 modulo 4, durable for 2 and 3.
+    pub fn for_seed(seed: u64, duration: Duration) -> Plan {
+        Plan {
+            seed,
+            nodes: if seed.is_multiple_of(2) { 3 } else { 5 },
+            clients: 4,
+            keys: 5,
+            duration,
+            durable: seed % 4 >= 2,
+        }
+    }
 }
 
 /// What one seed found.
@@ -72,6 +95,13 @@ pub struct Outcome {
     pub digest: String,
 }
 
+impl Outcome {
+    /// The outcome of a seed whose simulation panicked.
+    pub fn panicked(why: String) -> Outcome {
+        Outcome { report: Report::default(), faults: Vec::new(), error: Some(why), digest: String::new() }
+    }
+}
+
 /// The history and the fence, shared by the clients and the fault loop.
 #[derive(Default)]
 struct Shared {
@@ -82,6 +112,9 @@ struct Shared {
     counters: BTreeMap<String, u64>,
     /// Accepted writes in order: (key, token, client, slot).
     writes: Vec<(String, u64, u32, Option<u16>)>,
+    /// Clients that heard of a grant in the step a crash or power loss
+    /// struck: each holds that grant long (durable mode).
+    stretch: std::collections::BTreeSet<u32>,
 }
 
 fn host(i: usize) -> String {
@@ -91,7 +124,14 @@ fn host(i: usize) -> String {
 /// Node `i`'s configuration, as its command line would give it, with its
 /// election timeout `election_ms` (openraft draws one per start in the
 /// configured range; here the seed draws it, and the range is that one value).
-fn config(i: usize, n: usize, dir: &Path, bootstrap: bool, election_ms: u64) -> anyhow::Result<Config> {
+fn config(
+    i: usize,
+    n: usize,
+    dir: &Path,
+    data: Option<&Path>,
+    bootstrap: bool,
+    election_ms: u64,
+) -> anyhow::Result<Config> {
     let peers: Vec<String> = (0..n).map(|j| format!("{}:{PEER_PORT}", host(j))).collect();
     let mut args = vec![
         "ticketing-server".to_owned(),
@@ -114,6 +154,10 @@ fn config(i: usize, n: usize, dir: &Path, bootstrap: bool, election_ms: u64) -> 
     ];
     if bootstrap {
         args.push("--bootstrap".into());
+    }
+    if let Some(data) = data {
+        args.push("--data-dir".into());
+        args.push(data.display().to_string());
     }
     Ok(Config::resolve(Cli::try_parse_from(args)?)?)
 }
@@ -138,6 +182,15 @@ pub fn run(plan: &Plan, dir: &Path) -> anyhow::Result<Outcome> {
     // Every random choice the nodes and clients make on this thread (node
     // ids, domain ids, nonces) comes from the seed.
     ticketing_proto::entropy::seed_thread(Some(rng.next_u64()));
+    // Durable mode: each node's disk (its own seed: memory-mode seeds draw
+    // what they drew before disks existed).
+    let data_root = dir.join("data");
+    if data_root.exists() {
+        std::fs::remove_dir_all(&data_root)?;
+    }
+    let mut disk_seeds = Rng::new(plan.seed ^ 0x5eed_d15c);
+    let disks: Vec<Option<SimDisk>> =
+        (0..plan.nodes).map(|_| plan.durable.then(|| SimDisk::new(disk_seeds.next_u64()))).collect();
     let mut sim = turmoil::Builder::new()
         .rng_seed(rng.next_u64())
         .simulation_duration(plan.duration + Duration::from_secs(120))
@@ -146,18 +199,31 @@ pub fn run(plan: &Plan, dir: &Path) -> anyhow::Result<Outcome> {
         .min_message_latency(Duration::from_micros(100))
         .max_message_latency(Duration::from_millis(2 + rng.range(0, 20)))
         .build();
-    for i in 0..plan.nodes {
+    for (i, disk) in disks.iter().enumerate() {
         let starts = Arc::new(AtomicU32::new(0));
         let (n, dir, timing) = (plan.nodes, dir.to_owned(), rng.next_u64());
+        let (disk, data) = (disk.clone(), data_root.join(host(i)));
         sim.host(host(i), move || {
-            let (starts, dir) = (starts.clone(), dir.clone());
+            let (starts, dir, disk, data) = (starts.clone(), dir.clone(), disk.clone(), data.clone());
             async move {
                 let start = starts.fetch_add(1, Ordering::SeqCst);
                 // The defaults' range (docs/deployment.md, "Failover timing").
                 let election_ms = Rng::new(timing.wrapping_add(u64::from(start))).range(1160, 1200);
-                let config = config(i, n, &dir, i == 0 && start == 0, election_ms).map_err(|e| e.to_string())?;
+                let data = disk.as_ref().map(|_| data.as_path());
+                let config = config(i, n, &dir, data, i == 0 && start == 0, election_ms).map_err(|e| e.to_string())?;
+                // Durable: the data dir with its journal on the node's disk.
+                let opened = match (&disk, data) {
+                    (Some(disk), Some(path)) => {
+                        let dir = DataDir::open(path, Mode::Cluster, || ticketing_server::cluster::random_node_id().0)
+                            .map_err(|e| e.to_string())?;
+                        let disk = disk.clone();
+                        Some(Arc::new(dir.on_log_store(Arc::new(move || disk.open()))))
+                    }
+                    _ => None,
+                };
                 let listener = net::Listener(turmoil::net::TcpListener::bind(("0.0.0.0", CLIENT_PORT)).await?);
                 ticketing_server::server::Builder::new(config)
+                    .data(opened)
                     .net(Arc::new(net::Net))
                     .wall_clock(Arc::new(sim_wall))
                     .run(listener, std::future::pending::<()>())
@@ -176,9 +242,22 @@ pub fn run(plan: &Plan, dir: &Path) -> anyhow::Result<Outcome> {
             Ok(())
         });
     }
-    let faults = faults(&mut sim, plan, &mut rng, &shared);
+    // Durable mode: in one seed in two, one node's links to the others are
+    // slow for the whole run (5–20 ms each way, inside the supported round
+    // trip: docs/deployment.md, "Failover timing"): the leader commits
+    // with the others, and that node is the one a majority without the
+    // newest entries can be made of.
+    let mut slow = None;
+    if plan.durable && disk_seeds.index(2) == 0 {
+        let (v, ms) = (disk_seeds.index(plan.nodes), disk_seeds.range(5, 20));
+        for j in (0..plan.nodes).filter(|&j| j != v) {
+            sim.set_link_latency(host(v), host(j), Duration::from_millis(ms));
+        }
+        slow = Some(format!("slow links of node {v}: {ms} ms"));
+    }
+    let faults = faults(&mut sim, plan, &mut rng, &shared, &disks);
     let error = faults.as_ref().err().map(|e| e.to_string());
-    let faults = faults.unwrap_or_default();
+    let faults = slow.into_iter().chain(faults.unwrap_or_default()).collect();
     let s = shared.lock().unwrap_or_else(|p| p.into_inner());
     let fin = Final { counters: s.counters.iter().map(|(k, n)| (k.clone(), *n)).collect(), writes: s.writes.clone() };
     let end = s.events.iter().map(end_of).max().unwrap_or(0);
@@ -207,67 +286,150 @@ fn end_of(e: &Event) -> u64 {
     }
 }
 
+/// One fault: what, on which nodes, each node back when, started when.
+struct Fault {
+    name: &'static str,
+    victims: Vec<usize>,
+    /// When each victim comes back (restarts, or its links heal).
+    back: Vec<Duration>,
+    start: Duration,
+    /// Writes lost at its power losses.
+    lost: u64,
+}
+
 /// Steps the simulation, doing the faults drawn from `rng` as simulated
-/// time passes, until the clients are done.
+/// time passes, until the clients are done. `disks`: each node's disk in
+/// durable mode (a crash is a power loss on it).
+///
+/// In durable mode half of the crashes and power losses wait (up to 2 s)
+/// for a step in which a client hears of a grant while a victim's disk
+/// holds writes not yet fsynced: the moment a lost write would be a lost
+/// grant, if anything answered before its fsync. The victims of a power loss come back one
+/// by one, each after its own time.
 fn faults(
     sim: &mut turmoil::Sim<'_>,
     plan: &Plan,
     rng: &mut Rng,
     shared: &Mutex<Shared>,
+    disks: &[Option<SimDisk>],
 ) -> anyhow::Result<Vec<String>> {
     let mut done = Vec::new();
     // The cluster forms and the clients start writing first.
     let mut next = Duration::from_secs(5 + rng.range(0, 3));
-    // What runs now: (name, victim, heal at, started at).
-    let mut current: Option<(&'static str, usize, Duration, Duration)> = None;
+    let mut current: Option<Fault> = None;
+    // The fault drawn, waiting for a grant (until the given time).
+    let mut armed: Option<(&'static str, Vec<usize>, Vec<Duration>, Duration)> = None;
+    let mut seen = 0;
     loop {
         if sim.step().map_err(|e| anyhow::anyhow!("{e}"))? {
             return Ok(done);
         }
         let now = sim.elapsed();
-        if let Some((name, victim, heal, start)) = current {
-            if now >= heal {
-                match name {
-                    "crash" => sim.bounce(host(victim)),
-                    _ => {
-                        for j in (0..plan.nodes).filter(|&j| j != victim) {
-                            sim.release(host(victim), host(j));
+        // The clients that heard of a grant in this step.
+        let granted: Vec<u32> = {
+            let s = shared.lock().unwrap_or_else(|p| p.into_inner());
+            let fresh = s.events[seen..]
+                .iter()
+                .filter_map(|e| if let Event::Grant { client, .. } = e { Some(*client) } else { None })
+                .collect();
+            seen = s.events.len();
+            fresh
+        };
+        if let Some(f) = &mut current {
+            for (k, &v) in f.victims.iter().enumerate() {
+                if f.back[k] > now || f.back[k] == Duration::ZERO {
+                    continue;
+                }
+                f.back[k] = Duration::ZERO;
+                match f.name {
+                    "partition" => {
+                        for j in (0..plan.nodes).filter(|&j| j != v) {
+                            sim.release(host(v), host(j));
                         }
                     }
+                    _ => sim.bounce(host(v)),
                 }
-                let line = format!(
-                    "{name} node {victim} at {:.3} s, healed at {:.3} s",
-                    start.as_secs_f64(),
+            }
+            if f.back.iter().all(|b| *b == Duration::ZERO) {
+                let nodes: Vec<String> = f.victims.iter().map(|v| v.to_string()).collect();
+                let what = if nodes.len() == 1 { "node" } else { "nodes" };
+                let mut line = format!(
+                    "{} {what} {} at {:.3} s, healed at {:.3} s",
+                    f.name,
+                    nodes.join(","),
+                    f.start.as_secs_f64(),
                     now.as_secs_f64()
                 );
+                if plan.durable && f.name != "partition" {
+                    line.push_str(&format!(" ({} unsynced writes lost)", f.lost));
+                }
                 let mut s = shared.lock().unwrap_or_else(|p| p.into_inner());
                 s.events.push(Event::Fault {
-                    name: name.to_owned(),
+                    name: f.name.to_owned(),
                     nodes: plan.nodes as u32,
-                    start: start.as_nanos() as u64,
+                    start: f.start.as_nanos() as u64,
                     heal: now.as_nanos() as u64,
                     detail: line.clone(),
                 });
+                seen = s.events.len();
                 done.push(line);
                 current = None;
                 next = now + Duration::from_millis(2000 + rng.range(0, 3000));
             }
-        } else if now >= next && now + Duration::from_secs(6) < plan.duration {
-            let victim = rng.index(plan.nodes);
-            let hold = Duration::from_millis(500 + rng.range(0, 3000));
-            let name = if rng.index(2) == 0 { "crash" } else { "partition" };
-            match name {
-                "crash" => sim.crash(host(victim)),
-                // TCP's view of a partition: nothing crosses it, and what
-                // was sent arrives once it heals (retransmitted), in order;
-                // a connection is never silently missing bytes.
-                _ => {
-                    for j in (0..plan.nodes).filter(|&j| j != victim) {
-                        sim.hold(host(victim), host(j));
+        } else {
+            if armed.is_none() && now >= next && now + Duration::from_secs(6) < plan.duration {
+                // Durable mode: one fault in three takes the power of a majority
+                // or more (every node, at times) at the same instant.
+                let (name, victims, holds) = if plan.durable && rng.index(3) == 0 {
+                    let k = rng.range(plan.nodes as u64 / 2 + 1, plan.nodes as u64) as usize;
+                    let mut all: Vec<usize> = (0..plan.nodes).collect();
+                    let mut victims = Vec::new();
+                    for _ in 0..k {
+                        victims.push(all.remove(rng.index(all.len())));
+                    }
+                    victims.sort_unstable();
+                    let holds = victims.iter().map(|_| Duration::from_millis(500 + rng.range(0, 3000))).collect();
+                    ("power-loss", victims, holds)
+                } else {
+                    let victim = rng.index(plan.nodes);
+                    let hold = Duration::from_millis(500 + rng.range(0, 3000));
+                    (if rng.index(2) == 0 { "crash" } else { "partition" }, vec![victim], vec![hold])
+                };
+                // Now, or at the next grant a client hears of while a
+                // victim has unsynced writes.
+                let wait = plan.durable && name != "partition" && rng.index(2) == 0;
+                let until = if wait { now + Duration::from_secs(2) } else { now };
+                armed = Some((name, victims, holds, until));
+            }
+            let unsynced =
+                |victims: &[usize]| victims.iter().any(|&v| disks[v].as_ref().is_some_and(|d| d.unsynced() > 0));
+            let struck = !granted.is_empty() && armed.as_ref().is_some_and(|a| unsynced(&a.1));
+            if let Some((name, victims, holds, _)) = armed.take_if(|a| struck || now >= a.3) {
+                if struck && name != "partition" {
+                    shared.lock().unwrap_or_else(|p| p.into_inner()).stretch.extend(granted);
+                }
+                let mut lost = 0;
+                for &v in &victims {
+                    match name {
+                        // TCP's view of a partition: nothing crosses it, and what
+                        // was sent arrives once it heals (retransmitted), in order;
+                        // a connection is never silently missing bytes.
+                        "partition" => {
+                            for j in (0..plan.nodes).filter(|&j| j != v) {
+                                sim.hold(host(v), host(j));
+                            }
+                        }
+                        _ => {
+                            sim.crash(host(v));
+                            if let Some(disk) = &disks[v] {
+                                lost += disk.power_loss();
+                            }
+                        }
                     }
                 }
+                let back = holds.iter().map(|h| now + *h).collect();
+                current = Some(Fault { name, victims, back, start: now, lost });
             }
-            current = Some((name, victim, now + hold, now));
         }
     }
 }
@@ -284,11 +446,11 @@ async fn clients(plan: &Plan, seed: u64, addrs: &[String], shared: &Arc<Mutex<Sh
             .connector(Arc::new(net::Net))
             .build()
             .expect("the addresses are valid");
-        let (keys, shared) = (keys.clone(), shared.clone());
+        let (keys, shared, durable) = (keys.clone(), shared.clone(), plan.durable);
         let end = start + plan.duration;
         let seed = seed.wrapping_add(c as u64);
         tasks.push(tokio::task::spawn_local(async move {
-            client(c as u32, broker, &keys, seed, start, end, &shared).await;
+            client(c as u32, broker, &keys, seed, (start, end), durable, &shared).await;
         }));
     }
     for t in tasks {
@@ -296,23 +458,41 @@ async fn clients(plan: &Plan, seed: u64, addrs: &[String], shared: &Arc<Mutex<Sh
     }
 }
 
+/// One client's loop from `span.0` to `span.1`. In durable mode one lease
+/// in four is long (10–60 s), and a client that heard of a grant in the
+/// step a crash or power loss struck holds it for 3–8 s if its lease is
+/// long: past the fault and the recovery after it, so a grant the cluster
+/// lost would be granted again while its holder still holds it.
 async fn client(
     id: u32,
     broker: TicketBroker,
     keys: &[String],
     seed: u64,
-    start: tokio::time::Instant,
-    end: tokio::time::Instant,
+    span: (tokio::time::Instant, tokio::time::Instant),
+    durable: bool,
     shared: &Mutex<Shared>,
 ) {
+    let (start, end) = span;
     let mut rng = Rng::new(seed);
     let start_std = start.into_std();
     let record = |e: Event| shared.lock().unwrap_or_else(|p| p.into_inner()).events.push(e);
     while tokio::time::Instant::now() < end {
         let key = keys[rng.index(keys.len())].clone();
         let call = ns_since(start, tokio::time::Instant::now());
-        // Leases of 1–5 s, now and then 30 s.
-        let lease = Duration::from_secs(if rng.chance(50) { 30 } else { rng.range(1, 6) });
+        // Leases of 1–6 s, now and then 30 s (durable mode: 1 in 4 of
+        // 10–60 s, 1 in 20 of 30–250 s).
+        let long = durable && rng.index(4) == 0;
+        let lease = Duration::from_secs(if long {
+            rng.range(10, 60)
+        } else if rng.chance(50) {
+            if durable {
+                rng.range(30, 250)
+            } else {
+                30
+            }
+        } else {
+            rng.range(1, 6)
+        });
         let got = broker.acquire(&key, WAIT, lease, BUDGET).await;
         let ans = ns_since(start, tokio::time::Instant::now());
         let ticket = match got {
@@ -357,7 +537,20 @@ async fn client(
         });
         // The work while holding: mostly short; one hold in sixteen runs
         // for 0.5–6 s, often past its lease (its write is then skipped).
-        let work = if rng.chance(60) { rng.range(500, 6000) } else { rng.range(10, 120) };
+        let stretch = if durable {
+            // The fault loop marks this grant's client in the step it was heard.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            shared.lock().unwrap_or_else(|p| p.into_inner()).stretch.remove(&id)
+        } else {
+            false
+        };
+        let work = if long && stretch {
+            rng.range(3000, 8000)
+        } else if rng.chance(60) {
+            rng.range(500, 6000)
+        } else {
+            rng.range(10, 120)
+        };
         tokio::time::sleep(Duration::from_millis(work)).await;
         let issued = ns_since(start, tokio::time::Instant::now());
         let result = if issued + WRITE_MARGIN.as_nanos() as u64 > dl {

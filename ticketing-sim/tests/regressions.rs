@@ -9,7 +9,7 @@ use std::time::Duration;
 use ticketing_sim::run::{self, Plan};
 
 fn no_violation(seed: u64) {
-    let plan = Plan { seed, nodes: 3, clients: 4, keys: 5, duration: Duration::from_secs(30) };
+    let plan = Plan { seed, nodes: 3, clients: 4, keys: 5, duration: Duration::from_secs(30), durable: false };
     let dir = run::run_dir(None, seed);
     let out = run::run(&plan, &dir).expect("the simulation runs");
     assert_eq!(out.error, None);
