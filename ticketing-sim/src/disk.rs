@@ -1,6 +1,6 @@
 //! A simulated disk under a node's journal, with the power-loss semantics
-//! of docs/failure-model.md ("Power loss"): a write is durable only once an
-//! fsync that covers it has ended; at a crash, every write after the last
+//! of docs/deployment.md ("What each mode survives"): a write is durable
+//! only once an fsync that covers it has ended; at a crash, every write after the last
 //! such fsync may be lost. Which of them survive is drawn from the seed: a
 //! prefix of them in the order they were written (the log is one file
 //! written at its end; a record cut short in the middle, the torn tail, is
