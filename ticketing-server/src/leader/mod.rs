@@ -33,15 +33,19 @@
 //!   docs/protocol.md §6, "A new leader") and the end of the start grace.
 
 pub mod contention;
+mod io;
 pub mod projection;
 mod proposals;
 pub mod stats;
 pub mod timers;
+mod view;
 
 #[cfg(test)]
 mod tests;
 
+pub use io::{ConnId, Delivery, Request, WaiterId};
 pub use proposals::{Batch, BatchId, MAX_BATCHES_IN_FLIGHT, MAX_BATCH_BYTES, MAX_BATCH_COMMANDS};
+pub use view::{owner_prefix, HolderInfo, LockInfo, WaiterInfo};
 
 use crate::config::Limits;
 use crate::domain_time::{self, DomainClock};
@@ -50,89 +54,11 @@ use crate::replication::{self, Leadership};
 use projection::{Grant, Projection, QueuedQuery, QueuedRelease, Waiter};
 use proposals::Outbox;
 use std::collections::{HashMap, VecDeque};
-use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use ticketing_proto::{Addr, Key, Owner, RequestId, ServerFrame, Token};
+use ticketing_proto::{Addr, Key, Owner, RequestId, ServerFrame};
 use timers::TimerKind;
 use tracing::{debug, warn};
-
-/// Identifies one client connection for the lifetime of the process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnId(pub u64);
-
-impl fmt::Display for ConnId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-/// Identifies one queued acquire inside the leader (never reused; a
-/// waiter put back at the head of its queue gets a new one).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct WaiterId(u64);
-
-/// What the leader delivers to a connection.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Delivery {
-    /// The final answer to request `id` (`A`, `T`, `B`, `R`, `N` or `H`).
-    Reply {
-        /// The request this answers.
-        id: RequestId,
-        /// The frame to write.
-        frame: ServerFrame,
-    },
-    /// Write this frame (`M`, `E no_leader`, …) and close the connection.
-    Fatal(ServerFrame),
-    /// Request `id` left its queue unanswered (its connection sent EOF).
-    Dropped(RequestId),
-}
-
-/// A client request, as the leader takes it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Request {
-    /// `A <id> <key> <owner> <wait> <lease>`, `S … <n>` or `K` (docs/protocol.md §4).
-    Acquire {
-        /// Request id.
-        id: RequestId,
-        /// Key (a multi-key acquire's first key: the one its answer echoes).
-        key: Key,
-        /// Exclusive (`A`), counted (`S`) or every key of a set (`K`).
-        kind: GrantKind,
-        /// Owner.
-        owner: Owner,
-        /// Wait, whole seconds.
-        wait: u8,
-        /// Lease, whole seconds.
-        lease: u8,
-        /// When the server read the request (for `waited_ms` and the wait timer).
-        read_at: Instant,
-        /// The connection's principal and its caps (`None`: auth off,
-        /// docs/security.md, "Several teams: principals").
-        principal: Option<crate::principal::PrincipalCap>,
-    },
-    /// `R <id> <key> <owner> <token>`.
-    Release {
-        /// Request id.
-        id: RequestId,
-        /// Key.
-        key: Key,
-        /// Owner of the grant.
-        owner: Owner,
-        /// Token of the grant.
-        token: Token,
-    },
-    /// `Q <id> <key> <owner>`: answered `H` (that owner holds the key) or
-    /// `N`; changes nothing (docs/protocol.md, "Query").
-    Holds {
-        /// Request id.
-        id: RequestId,
-        /// Key.
-        key: Key,
-        /// The owner asked about.
-        owner: Owner,
-    },
-}
 
 /// The applied (replicated) holders, read when the projection must follow
 /// them after a surprise or a failed proposal.
@@ -151,63 +77,6 @@ impl AppliedView for LockState {
     fn applied_by_hash(&self, hash: u64) -> Vec<(Key, Holder)> {
         self.exclusive_by_hash(hash)
     }
-}
-
-/// What `/locks/<key>` shows of an owner: its first 8 characters, and never
-/// more than half of it — owner and token together could release the lock,
-/// so the full owner never leaves the leader (docs/deployment.md, "Admin HTTP").
-pub fn owner_prefix(owner: &Owner) -> String {
-    owner.prefix().to_owned()
-}
-
-/// The current holder of a key, as the leader projects it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct HolderInfo {
-    /// The owner's prefix ([`owner_prefix`]), never the full owner.
-    pub owner_prefix: String,
-    /// Its fencing token.
-    pub token: Token,
-    /// Milliseconds until its lease ends (at the leader, by domain time).
-    pub remaining_ms: u64,
-    /// Domain time (ms) of the grant; the lease ends at `granted_dt + lease`.
-    pub granted_dt: u64,
-    /// A counted holder's slot (`null` for an exclusive holder).
-    pub slot: Option<u16>,
-}
-
-/// One waiter of a key, as the leader projects it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct WaiterInfo {
-    /// The owner's prefix ([`owner_prefix`]), never the full owner.
-    pub owner_prefix: String,
-    /// The waiting client's address (`ip:port`).
-    pub client: String,
-    /// Milliseconds since the server read its `A`.
-    pub waited_ms: u64,
-    /// Milliseconds until its `wait` ends (then it is answered `T`).
-    pub wait_left_ms: u64,
-    /// `exclusive` (`A`), `shared` (`S`) or `all` (`K`).
-    pub kind: &'static str,
-    /// A counted waiter's `n`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub n: Option<u16>,
-    /// Every key of a multi-key waiter, in its request's order.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub keys: Option<Vec<String>>,
-}
-
-/// A read-only snapshot of one key (the body of `/locks/<key>`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct LockInfo {
-    /// The first of `holders` (the exclusive holder, or the counted one of
-    /// the lowest slot), for readers of one holder per key.
-    pub holder: Option<HolderInfo>,
-    /// Every committed holder, by slot (a grant still being committed is not shown).
-    pub holders: Vec<HolderInfo>,
-    /// Every waiter, in FIFO order (the head is granted next).
-    pub waiters: Vec<WaiterInfo>,
-    /// The leader's domain time (ms) when the snapshot was taken.
-    pub domain_time_ms: u64,
 }
 
 /// A wall clock: microseconds since the Unix epoch.
@@ -330,32 +199,6 @@ impl Leader {
     }
 
     // ----- queries ----------------------------------------------------------
-
-    /// The read-only view of `key` for `/locks/<key>` at `now`.
-    pub fn lock_info(&self, now: Instant, key: &Key, applied: &dyn AppliedView) -> LockInfo {
-        let clients = &self.clients;
-        let client = |c: ConnId| clients.get(&c).cloned().unwrap_or_default();
-        let mut info = self.proj.lock_info(key, now, &client);
-        info.domain_time_ms = self.domain_now(now);
-        if self.proj.dormant() > 0 && !self.proj.knows(key) {
-            // A dormant key: its holder as the applied state has it.
-            let dt = info.domain_time_ms;
-            info.holders = applied
-                .applied_holders(key)
-                .into_iter()
-                .filter(|h| self.proj.is_dormant(key, h))
-                .map(|h| HolderInfo {
-                    owner_prefix: owner_prefix(&h.owner),
-                    token: h.token,
-                    remaining_ms: h.end_dt().saturating_sub(dt),
-                    granted_dt: h.granted_dt,
-                    slot: None,
-                })
-                .collect();
-            info.holder = info.holders.first().cloned();
-        }
-        info
-    }
 
     /// Gives each dormant key of `keys` its projection entry back.
     fn hydrate(&mut self, keys: &[Key], applied: &dyn AppliedView) {

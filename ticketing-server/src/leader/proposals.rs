@@ -486,6 +486,7 @@ impl Leader {
         }
     }
 
+    /// One proposed item's outcome: routed by its intent.
     fn on_outcome(
         &mut self,
         epoch: Option<u64>,
@@ -514,36 +515,59 @@ impl Leader {
         for key in &keys {
             self.proj.set_busy(key, false);
         }
-        let resync = |l: &mut Leader| {
-            for key in &keys {
-                l.resync_key(key, applied);
-            }
-        };
         match (intent, result) {
-            (Intent::Grant(w, dt), Ok(Applied::Granted(token))) if !matches!(w.kind, GrantKind::Shared { .. }) => {
+            // A tick was routed above.
+            (Intent::Tick, _) => {}
+            (intent, Err(e)) => self.proposal_failed(intent, &keys, &e, applied),
+            (Intent::Grant(w, dt), Ok(effect)) => self.grant_outcome(w, dt, effect, &keys, applied),
+            (Intent::Free { reason, by, freed, next, dt }, Ok(effect)) => {
+                let freeing = Freeing { reason, by, freed, next, dt };
+                self.free_outcome(freeing, effect, &keys, applied)
+            }
+        }
+        for key in &keys {
+            self.pump(key);
+        }
+    }
+
+    /// The projection of `keys` follows the applied state again (it said
+    /// something the state machine disagreed with).
+    fn resync_keys(&mut self, keys: &[Key], applied: &dyn AppliedView) {
+        for key in keys {
+            self.resync_key(key, applied);
+        }
+    }
+
+    /// A committed grant to `w`, proposed at domain time `dt`.
+    fn grant_outcome(&mut self, w: Waiter, dt: u64, effect: Applied, keys: &[Key], applied: &dyn AppliedView) {
+        match effect {
+            Applied::Granted(token) if !matches!(w.kind, GrantKind::Shared { .. }) => {
                 self.granted(w, Issued { token, slot: None }, dt)
             }
-            (Intent::Grant(w, dt), Ok(Applied::GrantedShared { token, slot }))
-                if matches!(w.kind, GrantKind::Shared { .. }) =>
-            {
+            Applied::GrantedShared { token, slot } if matches!(w.kind, GrantKind::Shared { .. }) => {
                 self.granted(w, Issued { token, slot: Some(slot) }, dt)
             }
-            (Intent::Grant(w, _), Ok(Applied::TokensExhausted)) => {
-                resync(self);
+            Applied::TokensExhausted => {
+                self.resync_keys(keys, applied);
                 self.tokens_exhausted(w);
             }
-            (Intent::Grant(w, _), Ok(other)) => {
+            other => {
                 debug!(key = %w.key, ?other, "grant found the key held; resyncing");
-                resync(self);
+                self.resync_keys(keys, applied);
                 if w.wait_until > w.read_at {
                     self.put_back(w);
                 } else {
                     self.time_out(w);
                 }
             }
-            (Intent::Free { reason, by, freed, next, dt }, Ok(Applied::Freed { reason: r, handed_over }))
-                if r == reason =>
-            {
+        }
+    }
+
+    /// A committed release or expiry, and its hand-over.
+    fn free_outcome(&mut self, f: Freeing, effect: Applied, keys: &[Key], applied: &dyn AppliedView) {
+        let Freeing { reason, by, freed, next, dt } = f;
+        match (by, effect) {
+            (by, Applied::Freed { reason: r, handed_over }) if r == reason => {
                 let key = &keys[0];
                 match by {
                     Some((conn, id)) => {
@@ -567,13 +591,13 @@ impl Leader {
                             // The projection said it was grantable, the state machine disagreed.
                             debug!(key = %w.key, "hand-over not grantable; resyncing");
                             self.drop_committing(&w);
-                            resync(self);
+                            self.resync_keys(keys, applied);
                             self.put_back(w);
                         }
                     }
                 }
             }
-            (Intent::Free { by: Some((conn, id)), next, .. }, Ok(other)) => {
+            (Some((conn, id)), other) => {
                 self.stats.releases_not_holder += 1;
                 let key = keys[0].clone();
                 self.reply(conn, id, ServerFrame::NotHolder { id, key });
@@ -581,40 +605,47 @@ impl Leader {
                 self.put_back_all(next);
                 if surprise {
                     // The projection said it matched, the state machine disagreed.
-                    resync(self);
+                    self.resync_keys(keys, applied);
                 }
             }
-            (Intent::Free { by: None, next, .. }, Ok(other)) => {
+            (None, other) => {
                 debug!(key = %keys[0], ?other, "expiry did not match; resyncing");
                 self.put_back_all(next);
-                resync(self);
+                self.resync_keys(keys, applied);
             }
-            // A tick was routed above.
-            (Intent::Tick, _) => {}
-            (intent, Err(e)) => {
-                self.stats.proposal_errors += 1;
-                warn!(keys = ?keys, error = ?e, "proposal failed");
-                let frame = self.error_frame(&e);
-                let fatal = |l: &mut Leader, conn| l.send(conn, Delivery::Fatal(frame.clone()));
-                match intent {
-                    Intent::Grant(w, _) => fatal(self, w.conn),
-                    Intent::Free { by, next, .. } => {
-                        if let Some((conn, _)) = by {
-                            fatal(self, conn);
-                        }
-                        for w in next {
-                            fatal(self, w.conn);
-                        }
-                    }
-                    Intent::Tick => {}
-                }
-                resync(self);
-            }
-        }
-        for key in &keys {
-            self.pump(key);
         }
     }
+
+    /// A proposal that was not committed: every connection it would have
+    /// answered is closed with the error.
+    fn proposal_failed(&mut self, intent: Intent, keys: &[Key], e: &ProposeError, applied: &dyn AppliedView) {
+        self.stats.proposal_errors += 1;
+        warn!(keys = ?keys, error = ?e, "proposal failed");
+        let frame = self.error_frame(e);
+        let fatal = |l: &mut Leader, conn| l.send(conn, Delivery::Fatal(frame.clone()));
+        match intent {
+            Intent::Grant(w, _) => fatal(self, w.conn),
+            Intent::Free { by, next, .. } => {
+                if let Some((conn, _)) = by {
+                    fatal(self, conn);
+                }
+                for w in next {
+                    fatal(self, w.conn);
+                }
+            }
+            Intent::Tick => {}
+        }
+        self.resync_keys(keys, applied);
+    }
+}
+
+/// The fields of [`Intent::Free`], handed to [`Leader::free_outcome`].
+struct Freeing {
+    reason: FreeReason,
+    by: Option<(ConnId, RequestId)>,
+    freed: (Owner, Token),
+    next: Vec<Waiter>,
+    dt: u64,
 }
 
 #[cfg(test)]

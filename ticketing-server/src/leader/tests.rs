@@ -11,7 +11,7 @@ use crate::test_fields::{k, o, t0};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use ticketing_proto::limits::TOKEN_MAX;
-use ticketing_proto::ErrorCode;
+use ticketing_proto::{ErrorCode, Token};
 
 const ME: &str = "127.0.0.1:1";
 
