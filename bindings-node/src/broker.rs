@@ -2,7 +2,6 @@
 //! `Canceller` (the native end of an acquire's `AbortSignal`).
 
 use std::future::Future;
-use std::time::Duration;
 
 use napi::bindgen_prelude::Object;
 use napi::Env;
@@ -90,10 +89,8 @@ impl NativeBroker {
     /// `seconds` (or when closed).
     #[napi(ts_return_type = "Promise<boolean>")]
     pub fn wait_ready<'e>(&self, env: &'e Env, seconds: f64) -> napi::Result<Object<'e>, Code> {
-        let timeout = Duration::try_from_secs_f64(seconds)
-            .map_err(|e| invalid(format!("seconds must be a finite number ≥ 0: {e} (got {seconds})")))?;
         let inner = self.inner.clone();
-        bridge::promise(env, async move { Ok(inner.wait_ready(timeout).await) }, |ready| ready)
+        bridge::promise(env, async move { Ok(inner.wait_ready_secs(seconds).await?) }, |ready| ready)
     }
 
     /// Acquires `key` (seconds as numbers; the client normalizes and

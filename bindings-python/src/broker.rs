@@ -6,8 +6,6 @@
 //! `*_start` methods run the same client call for asyncio
 //! (`bridge::start`).
 
-use std::time::Duration;
-
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use ticketing_client::{TicketBroker, Tls};
@@ -22,13 +20,6 @@ use crate::ticket::Ticket;
 #[pyclass(frozen, module = "ticketing._native")]
 pub struct Broker {
     inner: TicketBroker,
-}
-
-/// Seconds as a `Duration` for `wait_ready`: a type conversion, so a
-/// negative, NaN or unrepresentable value is a `ValueError`.
-fn duration(name: &str, value: &Bound<'_, PyAny>) -> PyResult<Duration> {
-    let s = secs(name, value)?;
-    Duration::try_from_secs_f64(s).map_err(|e| PyValueError::new_err(format!("{name}: {e} (got {s})")))
 }
 
 /// The durations of an acquire as the client's `*_secs` methods take them.
@@ -143,16 +134,16 @@ impl Broker {
     /// Waits up to ``timeout`` seconds for a ready connection (the leader
     /// preferred); True when there is one.
     fn wait_ready(&self, py: Python<'_>, timeout: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let timeout = duration("timeout", timeout)?;
+        let timeout = secs("timeout", timeout)?;
         let inner = self.inner.clone();
-        bridge::block_on(py, async move { inner.wait_ready(timeout).await })
+        bridge::block_on(py, async move { inner.wait_ready_secs(timeout).await })?.map_err(to_pyerr)
     }
 
     /// asyncio form of ``wait_ready``.
     fn wait_ready_start(&self, timeout: &Bound<'_, PyAny>, done: Py<PyAny>) -> PyResult<Pending> {
-        let timeout = duration("timeout", timeout)?;
+        let timeout = secs("timeout", timeout)?;
         let inner = self.inner.clone();
-        Ok(bridge::start(async move { Ok(inner.wait_ready(timeout).await) }, done, py_bool))
+        Ok(bridge::start(async move { inner.wait_ready_secs(timeout).await }, done, py_bool))
     }
 
     /// Acquires ``key``: a Ticket, or None when the lock was not granted

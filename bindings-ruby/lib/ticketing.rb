@@ -22,17 +22,12 @@ require_relative "ticketing/errors"
 # The native extension (defines the native methods): in the platform gem,
 # the one compiled for this Ruby's ABI (lib/ticketing/<major.minor>/); in the
 # source gem, the one compiled at install (ticketing/ticketing).
-begin
-  require_relative "ticketing/#{RUBY_VERSION[/\A\d+\.\d+/]}/ticketing"
-rescue LoadError => abi_error
-  begin
-    require "ticketing/ticketing"
-  rescue LoadError
-    # The ABI-specific file exists but did not load: that is the error to see.
-    raise abi_error unless abi_error.message.start_with?("cannot load such file")
-
-    raise
-  end
+abi_ext = File.join(__dir__, "ticketing", RUBY_VERSION[/\A\d+\.\d+/], "ticketing")
+if Dir.glob("#{abi_ext}.{so,bundle}").empty?
+  require "ticketing/ticketing"
+else
+  # The ABI-specific file is there: if it does not load, that is the error to see.
+  require abi_ext
 end
 require_relative "ticketing/ticket"
 require_relative "ticketing/ticket_broker"

@@ -4,8 +4,6 @@
 //! `gvl::block_on` (GVL released, interruptible).
 #![forbid(unsafe_code)]
 
-use std::time::Duration;
-
 use magnus::{Error, Ruby, Value};
 use ticketing_client::{TicketBroker, Tls};
 
@@ -57,11 +55,9 @@ impl Broker {
 
     /// `_wait_ready(seconds)` → true/false.
     pub(crate) fn wait_ready(ruby: &Ruby, rb_self: &Self, seconds: Value) -> Result<bool, Error> {
-        let s = secs(ruby, "seconds", seconds)?;
-        let timeout = Duration::try_from_secs_f64(s)
-            .map_err(|e| Error::new(ruby.exception_arg_error(), format!("seconds: {e} (got {s})")))?;
+        let timeout = secs(ruby, "seconds", seconds)?;
         let inner = rb_self.inner.clone();
-        gvl::block_on(ruby, async move { inner.wait_ready(timeout).await })
+        gvl::block_on(ruby, async move { inner.wait_ready_secs(timeout).await })?.map_err(|e| to_rb(ruby, e))
     }
 
     /// `_acquire(key, wait, lease, budget)` → Ticket or nil. The client

@@ -402,6 +402,14 @@ impl TicketBroker {
         rx.await.unwrap_or(false)
     }
 
+    /// [`TicketBroker::wait_ready`] with the timeout as `f64` seconds (for
+    /// the bindings): NaN, infinite, negative or unrepresentable values are
+    /// [`Error::InvalidArgument`].
+    pub async fn wait_ready_secs(&self, timeout: f64) -> Result<bool> {
+        let timeout = params::timeout("timeout", timeout)?;
+        Ok(self.wait_ready(timeout).await)
+    }
+
     /// Acquires `key` (docs/client.md, Acquire). `wait`: at most this long in the server's
     /// queue (0 = one immediate attempt; also the budget for finding a
     /// connection); `lease`: 1–250 s; `budget`: the least work time the

@@ -49,6 +49,13 @@ pub enum ParamError {
         /// The value given.
         value: i64,
     },
+    /// A timeout too long to represent (beyond about 584 billion years).
+    TooLong {
+        /// `timeout`.
+        name: &'static str,
+        /// The value given.
+        value: f64,
+    },
     /// The keys of a multi-key acquire: fewer than 2 or more than 16, a key
     /// given twice, a bad key, or a request longer than the 512-byte frame.
     Keys {
@@ -71,6 +78,7 @@ impl fmt::Display for ParamError {
                 write!(f, "key must be 1-{MAX_KEY_LEN} visible ASCII bytes (0x21-0x7E, no space), got {key:?}")
             }
             ParamError::Permits { value } => write!(f, "n must be within 1..={MAX_PERMITS}, got {value}"),
+            ParamError::TooLong { name, value } => write!(f, "{name} is too long to represent, got {value}"),
             ParamError::Keys { why } => write!(f, "keys: {why}"),
         }
     }
@@ -119,18 +127,31 @@ pub struct AllParams {
     pub budget: u8,
 }
 
-fn round_up(name: &'static str, value: f64, min: u8, max: u8) -> Result<u8, ParamError> {
+/// `value` seconds is a finite number, not below zero.
+fn seconds(name: &'static str, value: f64) -> Result<(), ParamError> {
     if !value.is_finite() {
         return Err(ParamError::NotFinite { name, value });
     }
     if value < 0.0 {
         return Err(ParamError::Negative { name, value });
     }
+    Ok(())
+}
+
+fn round_up(name: &'static str, value: f64, min: u8, max: u8) -> Result<u8, ParamError> {
+    seconds(name, value)?;
     let up = value.ceil();
     if up < f64::from(min) || up > f64::from(max) {
         return Err(ParamError::OutOfRange { name, value, min, max });
     }
     Ok(up as u8)
+}
+
+/// A timeout in seconds (`wait_ready`'s): finite, not negative, and
+/// representable as a [`std::time::Duration`] (never rounded to whole seconds).
+pub fn timeout(name: &'static str, secs: f64) -> Result<std::time::Duration, ParamError> {
+    seconds(name, secs)?;
+    std::time::Duration::try_from_secs_f64(secs).map_err(|_| ParamError::TooLong { name, value: secs })
 }
 
 /// `wait` in seconds → whole seconds 0–255.
@@ -279,6 +300,19 @@ pub fn owner<R: RngCore>(rng: &mut R) -> Owner {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_timeout_is_finite_not_negative_and_representable() {
+        assert_eq!(timeout("timeout", 1.5), Ok(std::time::Duration::from_millis(1500)));
+        assert_eq!(timeout("timeout", 0.0), Ok(std::time::Duration::ZERO));
+        assert!(matches!(timeout("timeout", f64::NAN), Err(ParamError::NotFinite { .. })));
+        assert!(matches!(timeout("timeout", -1.0), Err(ParamError::Negative { .. })));
+        assert!(matches!(timeout("timeout", 1e30), Err(ParamError::TooLong { .. })));
+        assert_eq!(
+            timeout("timeout", 1e30).unwrap_err().to_string(),
+            "timeout is too long to represent, got 1000000000000000000000000000000"
+        );
+    }
+
     use super::*;
 
     #[test]
