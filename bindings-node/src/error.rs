@@ -14,12 +14,24 @@ use ticketing_client::Error;
 pub(crate) type JsResult<T> = napi::Result<T, Code>;
 
 /// The stable code of a native error: the JS `err.code`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Code(&'static str);
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Code(std::borrow::Cow<'static, str>);
+
+impl Code {
+    fn of(code: &'static str) -> Code {
+        Code(std::borrow::Cow::Borrowed(code))
+    }
+
+    /// A client error's code ([`Error::code`]) as JS spells it: `busy` →
+    /// `BUSY`, `auth_failed` → `AUTH_FAILED`.
+    fn client(err: &Error) -> Code {
+        Code(std::borrow::Cow::Owned(err.code().to_ascii_uppercase()))
+    }
+}
 
 impl AsRef<str> for Code {
     fn as_ref(&self) -> &str {
-        self.0
+        &self.0
     }
 }
 
@@ -45,36 +57,19 @@ impl From<Error> for Failure {
     }
 }
 
-/// The stable code of a client error, as the JS `TicketingError.code`.
-fn code(err: &Error) -> &'static str {
-    match err {
-        Error::InvalidArgument(_) => "INVALID_ARGUMENT",
-        Error::Busy => "BUSY",
-        Error::Forbidden { .. } => "FORBIDDEN",
-        Error::Indeterminate => "INDETERMINATE",
-        Error::InsufficientTime => "INSUFFICIENT_TIME",
-        Error::Unavailable => "UNAVAILABLE",
-        Error::ReleaseUnconfirmed => "RELEASE_UNCONFIRMED",
-        Error::Closed => "CLOSED",
-        Error::AuthFailed => "AUTH_FAILED",
-        // `Error` is non-exhaustive: a later variant is still a TicketingError.
-        _ => "TICKETING",
-    }
-}
-
 impl Failure {
     /// The code and the message of the JS error.
     fn parts(self) -> (Code, String) {
         match self {
             // The cause alone: "invalid argument: " would only repeat the class (RangeError).
-            Failure::Client(Error::InvalidArgument(cause)) => (Code("INVALID_ARGUMENT"), cause.to_string()),
-            Failure::Client(e) => (Code(code(&e)), e.to_string()),
-            Failure::Invalid(why) => (Code("INVALID_ARGUMENT"), why),
-            Failure::Aborted => (Code("ABORTED"), "the operation was aborted".to_owned()),
+            Failure::Client(Error::InvalidArgument(cause)) => (Code::of("INVALID_ARGUMENT"), cause.to_string()),
+            Failure::Client(e) => (Code::client(&e), e.to_string()),
+            Failure::Invalid(why) => (Code::of("INVALID_ARGUMENT"), why),
+            Failure::Aborted => (Code::of("ABORTED"), "the operation was aborted".to_owned()),
             Failure::Lost => {
-                (Code("TICKETING"), "the client task ended without a result (runtime shut down)".to_owned())
+                (Code::of("TICKETING"), "the client task ended without a result (runtime shut down)".to_owned())
             }
-            Failure::Napi(e) => (Code("TICKETING"), format!("{}: {}", e.status, e.reason)),
+            Failure::Napi(e) => (Code::of("TICKETING"), format!("{}: {}", e.status, e.reason)),
         }
     }
 

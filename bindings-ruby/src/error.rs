@@ -31,17 +31,14 @@ pub(crate) fn to_rb(ruby: &Ruby, err: ClientError) -> Error {
     let msg = err.to_string();
     match err {
         ClientError::InvalidArgument(cause) => Error::new(ruby.exception_arg_error(), cause.to_string()),
-        ClientError::Busy => raise(ruby, "BusyError", msg),
         ClientError::Forbidden { key } => forbidden(ruby, msg, key),
-        ClientError::Indeterminate => raise(ruby, "IndeterminateError", msg),
-        ClientError::InsufficientTime => raise(ruby, "InsufficientTimeError", msg),
-        ClientError::Unavailable => raise(ruby, "UnavailableError", msg),
-        ClientError::ReleaseUnconfirmed => raise(ruby, "ReleaseUnconfirmedError", msg),
-        ClientError::Closed => raise(ruby, "ClosedError", msg),
-        ClientError::AuthFailed => raise(ruby, "AuthFailedError", msg),
-        // `Error` is non-exhaustive: a variant added later still gets the
-        // base class, with the client's code in its message.
-        other => raise(ruby, "Error", format!("{} ({})", msg, other.code())),
+        // `Ticketing::<class_name>` (`BusyError`, …); a variant added later
+        // whose class Ruby does not define gets the base class, with the
+        // client's code in its message.
+        other => match class(ruby, &other.class_name()) {
+            Ok(cls) => Error::new(cls, msg),
+            Err(_) => raise(ruby, "Error", format!("{} ({})", msg, other.code())),
+        },
     }
 }
 

@@ -65,6 +65,23 @@ impl Error {
     }
 }
 
+impl Error {
+    /// The name every binding gives this error's class: the code in
+    /// CamelCase and `Error` (`busy` → `BusyError`, `auth_failed` →
+    /// `AuthFailedError`).
+    pub fn class_name(&self) -> String {
+        let mut name = String::new();
+        for word in self.code().split('_') {
+            let mut chars = word.chars();
+            if let Some(first) = chars.next() {
+                name.push(first.to_ascii_uppercase());
+                name.extend(chars);
+            }
+        }
+        name + "Error"
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -242,3 +259,38 @@ impl From<Failure> for Error {
 
 /// `Result` with the client's [`Error`].
 pub type Result<T> = std::result::Result<T, Error>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The class every binding defines for each error (Python's and Ruby's
+    /// exception classes, Node's error classes).
+    #[test]
+    fn class_names_follow_the_codes() {
+        let named: Vec<(&str, String)> = [
+            Error::Busy,
+            Error::Forbidden { key: "k".into() },
+            Error::Indeterminate,
+            Error::InsufficientTime,
+            Error::Unavailable,
+            Error::ReleaseUnconfirmed,
+            Error::Closed,
+            Error::AuthFailed,
+        ]
+        .iter()
+        .map(|e| (e.code(), e.class_name()))
+        .collect();
+        let want = [
+            ("busy", "BusyError"),
+            ("forbidden", "ForbiddenError"),
+            ("indeterminate", "IndeterminateError"),
+            ("insufficient_time", "InsufficientTimeError"),
+            ("unavailable", "UnavailableError"),
+            ("release_unconfirmed", "ReleaseUnconfirmedError"),
+            ("closed", "ClosedError"),
+            ("auth_failed", "AuthFailedError"),
+        ];
+        assert_eq!(named, want.map(|(c, n)| (c, n.to_owned())).to_vec());
+    }
+}
