@@ -1,7 +1,24 @@
 //! # ticketing-server
 //!
-//! The Ticketing server: a FIFO lock service with fencing tokens.
+//! The Ticketing server: a FIFO lock service with fencing tokens
+//! (docs/architecture.md walks one request through it). The binary
+//! (`main.rs`) parses the configuration ([`config`]) and runs
+//! [`server::Builder`], which assembles:
+//!
+//! - the client port: [`listener`] accepts, [`conn`] reads frames and
+//!   writes answers, [`preauth`] bounds the connections not yet
+//!   authenticated, [`principal`] decides who may use which keys;
+//! - the lock manager: [`manager`] drives the pure [`leader`] state machine,
+//!   which proposes [`locks::Command`]s and answers once they are applied;
+//! - replication behind the [`replication::Replicator`] seam: a standalone
+//!   server (memory or [`durable`]), or a Raft [`cluster`] on openraft;
+//! - the admin port ([`admin`]: health, status, metrics, backups with
+//!   [`backup`]), TLS ([`tls`], [`gencerts`]) and reloads ([`reload`]);
+//! - the seams a simulation replaces: [`net`], [`clock`], and the wall
+//!   clock of [`leader::system_wall`]; [`mutation`] holds the deliberate
+//!   bugs only a test build contains.
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 pub mod admin;
 pub mod backup;

@@ -12,7 +12,7 @@
 
 mod snapshot;
 mod table;
-pub mod wire;
+mod wire;
 
 pub use snapshot::{SnapshotDraft, SnapshotError};
 
@@ -109,7 +109,7 @@ pub enum FreeReason {
 /// token rule of docs/protocol.md §6.
 ///
 /// On the wire (a Raft log entry) every command keeps the encoding of
-/// [`wire::WireCommand`]: a [`Command::Free`] that hands over to at most one
+/// `wire::WireCommand`: a [`Command::Free`] that hands over to at most one
 /// exclusive waiter is the `Release` or `Expire` command peers have always
 /// read; the counted and multi-key forms have variants of their own
 /// (docs/cluster-protocol.md "Log entries").

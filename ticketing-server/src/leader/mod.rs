@@ -160,14 +160,14 @@ impl Leader {
         }
     }
 
-    /// Sets the number of projected keys above which a key that is only
-    /// held leaves the projection (default [`projection::DORMANT_ABOVE`];
-    /// tests and the fuzz target use 0 to take that path always).
     /// What it counted since the last call (the driver exports it).
     pub fn take_stats(&mut self) -> stats::Stats {
         std::mem::take(&mut self.stats)
     }
 
+    /// Sets the number of projected keys above which a key that is only
+    /// held leaves the projection (default [`projection::DORMANT_ABOVE`];
+    /// tests and the fuzz target use 0 to take that path always).
     pub fn set_dormant_above(&mut self, n: usize) {
         self.proj.set_dormant_above(n);
     }
