@@ -121,7 +121,18 @@ async fn eight_clients_on_one_key_through_a_leader_kill() {
             b.close().await;
         }));
     }
-    tokio::time::sleep(secs(2)).await;
+    // Grants counted since `since` reach `n`, or `limit` passes.
+    let granted_since = |since: Instant, n: usize, limit: Duration| {
+        let grants = grants.clone();
+        async move {
+            let end = Instant::now() + limit;
+            while grants.lock().unwrap().iter().filter(|(at, _)| *at > since).count() < n && Instant::now() < end {
+                tokio::time::sleep(ms(10)).await;
+            }
+        }
+    };
+    // The clients hand the key around before the kill.
+    granted_since(Instant::now(), 20, secs(20)).await;
     let killed_at = Instant::now();
     c = tokio::task::spawn_blocking(move || {
         c.kill(leader);
@@ -129,7 +140,8 @@ async fn eight_clients_on_one_key_through_a_leader_kill() {
     })
     .await
     .unwrap();
-    tokio::time::sleep(secs(12)).await;
+    // The key comes back after the kill and goes around again.
+    granted_since(killed_at, 20, secs(30)).await;
     stop.store(true, Ordering::SeqCst);
     for t in tasks {
         within(secs(30), "client task", t).await.unwrap();

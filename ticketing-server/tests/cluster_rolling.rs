@@ -120,11 +120,16 @@ fn rolling_restart_under_load_with_fenced_counter() {
         })
         .collect();
 
-    std::thread::sleep(Duration::from_secs(1));
+    // The workload is writing before the first restart.
+    let end = Instant::now() + Duration::from_secs(20);
+    while tally.increments.load(Ordering::Relaxed) < 5 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let t0 = Instant::now();
     for i in 0..3 {
         let before = tally.increments.load(Ordering::Relaxed);
         c.kill(i);
+        // Down for a moment, as a restart by a supervisor is.
         std::thread::sleep(Duration::from_millis(300));
         c.start(i, false);
         assert!(c.wait_voter(i, Duration::from_secs(30)), "node {i} rejoined as a voter");
