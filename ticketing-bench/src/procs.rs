@@ -251,9 +251,5 @@ pub async fn status(port: u16) -> Option<serde_json::Value> {
 
 /// A gauge from the admin `/metrics` text (`name value`).
 pub async fn metric(port: u16, name: &str) -> Option<f64> {
-    let body = http_get(port, "/metrics").await?;
-    body.lines().find_map(|l| {
-        let (n, v) = l.split_once(' ')?;
-        (n == name).then(|| v.trim().parse().ok()).flatten()
-    })
+    ticketing_testkit::sample(&http_get(port, "/metrics").await?, name)
 }

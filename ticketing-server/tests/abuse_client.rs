@@ -24,8 +24,7 @@ async fn normal_round_trip(addr: &str, n: u64) -> Duration {
 }
 
 fn metric(admin: u16, name: &str) -> Option<u64> {
-    let text = cluster_common::http_get(admin, "/metrics")?;
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    ticketing_testkit::metric(admin, name).map(|v| v as u64)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -30,8 +30,7 @@ fn node(extra: &[&str]) -> (common::Server, u16, u16) {
 }
 
 fn metric(admin: u16, name: &str) -> Option<u64> {
-    let text = cluster_common::http_get(admin, "/metrics")?;
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    ticketing_testkit::metric(admin, name).map(|v| v as u64)
 }
 
 /// Waits (bounded) until the metric reaches `want`; its last value.

@@ -18,8 +18,7 @@ const MAX_MS: u64 = 1600;
 const MIN_MS: u64 = 1500;
 
 fn metric(admin: u16, name: &str) -> Option<u64> {
-    let text = http_get(admin, "/metrics")?;
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok()).map(|v| v as u64)
+    ticketing_testkit::metric(admin, name).map(|v| v as u64)
 }
 
 #[test]

@@ -160,6 +160,5 @@ fn forged_and_replayed_peer_frames_close_the_link() {
 }
 
 fn metric(admin: u16, name: &str) -> Option<u64> {
-    let text = http_get(admin, "/metrics")?;
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    ticketing_testkit::metric(admin, name).map(|v| v as u64)
 }

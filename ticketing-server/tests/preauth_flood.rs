@@ -20,8 +20,7 @@ fn flood(port: u16, n: usize) -> Vec<TcpStream> {
 }
 
 fn metric(admin: u16, name: &str) -> u64 {
-    let text = cluster_common::http_get(admin, "/metrics").unwrap_or_default();
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0)
+    ticketing_testkit::metric(admin, name).map_or(0, |v| v as u64)
 }
 
 /// The two nodes that do not bootstrap start first and their peer ports are

@@ -126,6 +126,18 @@ pub fn http_get_any(port: u16, path: &str) -> Option<(u16, String)> {
     http_get_bearer(port, path, None)
 }
 
+/// The value of the sample `name` (its full name with any labels, as the
+/// Prometheus text of `/metrics` prints it) in `text`.
+pub fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The sample `name` of the `/metrics` of the admin port `admin` on
+/// 127.0.0.1 ([`sample`]); `None` when there is no answer or no such sample.
+pub fn metric(admin: u16, name: &str) -> Option<f64> {
+    sample(&http_get(admin, "/metrics")?, name)
+}
+
 /// [`http_get_any`] with `Authorization: Bearer <token>` when given (an
 /// admin port with an admin token).
 pub fn http_get_bearer(port: u16, path: &str, bearer: Option<&str>) -> Option<(u16, String)> {

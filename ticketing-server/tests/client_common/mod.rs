@@ -51,8 +51,7 @@ pub fn signal(pid: u32, sig: &str) {
 
 /// A gauge from the admin `/metrics` text.
 pub fn gauge(admin: u16, name: &str) -> Option<i64> {
-    let body = cluster_common::http_get(admin, "/metrics")?;
-    body.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+    ticketing_testkit::metric(admin, name).map(|v| v as i64)
 }
 
 /// Polls a gauge until it equals `want` (bounded); false on timeout.
