@@ -171,7 +171,8 @@ class Cluster {
       proc.stderr.on('data', keep)
       c.procs.push(proc)
       c.outs.push(out)
-      if (i === 0) await sleep(300) // bootstrap retries until every peer is reachable
+      // The bootstrap node is up before the others start (it retries until every peer is reachable).
+      if (i === 0) await within(10000, async () => (await adminGet(c.admin[0], '/healthz'))?.status === 200, 'node 0 up')
     }
     return c
   }

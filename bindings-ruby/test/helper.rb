@@ -174,6 +174,14 @@ class TestCluster
     end
   end
 
+  # How many waiters node `i` (the leader) shows queued on `key`.
+  def waiters(i, key)
+    res = Net::HTTP.get_response(URI("http://#{@admin[i]}/locks/#{key}"))
+    JSON.parse(res.body)["waiters"]&.length
+  rescue SystemCallError, IOError, JSON::ParserError
+    nil
+  end
+
   def kill(i)
     Process.kill("KILL", @pids[i])
     TestHelper.wait_pid(@pids[i], 10)

@@ -28,7 +28,8 @@ class TestCluster3 < Minitest::Test
     rescue Ticketing::Error => e
       e
     end
-    sleep 0.5 # queued behind `first`
+    queued = TestHelper.wait_until(10) { @cluster.waiters(leader, "cluster-key-1") == 1 }
+    assert queued, "the acquire never queued behind `first`"
     @cluster.kill(leader)
     t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     refute_nil waiter.join(40), "the acquire hung across the leader kill"
