@@ -8,7 +8,7 @@
 mod cluster_common;
 mod common;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use ticketing_client::{Error, TicketBroker, Tls};
@@ -17,9 +17,7 @@ use tokio_rustls::rustls;
 
 /// `ticketing_reloads_total{result="…"}` on the admin port.
 pub fn reloads(admin: u16, result: &str) -> u64 {
-    let text = cluster_common::http_get(admin, "/metrics").unwrap_or_default();
-    let prefix = format!("ticketing_reloads_total{{result=\"{result}\"}} ");
-    text.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|n| n.parse().ok()).unwrap_or(0)
+    ticketing_testkit::metric(admin, &format!("ticketing_reloads_total{{result=\"{result}\"}}")).map_or(0, |v| v as u64)
 }
 
 /// Waits until the counter reaches `n`.
@@ -35,14 +33,23 @@ fn hup(pid: u32) {
     assert!(std::process::Command::new("kill").args(["-HUP", &pid.to_string()]).status().unwrap().success());
 }
 
-/// Acquires and releases in a loop until `stop`; every failure is kept.
-fn load(b: TicketBroker, key: &'static str, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<(u32, Vec<String>)> {
+/// Acquires and releases in a loop until `stop`; every failure is kept,
+/// and `oks` counts the rounds that worked.
+fn load(
+    b: TicketBroker,
+    key: &'static str,
+    stop: Arc<AtomicBool>,
+    oks: Arc<AtomicU32>,
+) -> tokio::task::JoinHandle<(u32, Vec<String>)> {
     tokio::spawn(async move {
         let (mut ok, mut failures) = (0, Vec::new());
         while !stop.load(Ordering::Relaxed) {
             match b.acquire_secs(key, 2.0, 5.0, 0.0).await {
                 Ok(Some(t)) => match t.release().await {
-                    Ok(true) => ok += 1,
+                    Ok(true) => {
+                        ok += 1;
+                        oks.fetch_add(1, Ordering::Relaxed);
+                    }
                     other => failures.push(format!("release: {other:?}")),
                 },
                 other => failures.push(format!("acquire: {other:?}")),
@@ -52,6 +59,15 @@ fn load(b: TicketBroker, key: &'static str, stop: Arc<AtomicBool>) -> tokio::tas
         b.close().await;
         (ok, failures)
     })
+}
+
+/// Waits (at most 10 s) until a load has worked `n` rounds.
+async fn worked(oks: &AtomicU32, n: u32) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while oks.load(Ordering::Relaxed) < n {
+        assert!(Instant::now() < end, "the load did not get going");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The DER of the certificate the server presents now.
@@ -132,8 +148,9 @@ async fn sighup_rotates_client_tokens_and_certificates_without_a_failed_request(
         b.close().await;
     };
     let stop_a = Arc::new(AtomicBool::new(false));
-    let load_a = load(broker("token-a", &old), "load-a", stop_a.clone());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let oks_a = Arc::new(AtomicU32::new(0));
+    let load_a = load(broker("token-a", &old), "load-a", stop_a.clone(), oks_a.clone());
+    worked(&oks_a, 3).await;
 
     // Token rotation, step 1: old and new both valid.
     write(&tokens, "token-a\ntoken-b\n");
@@ -146,8 +163,9 @@ async fn sighup_rotates_client_tokens_and_certificates_without_a_failed_request(
     hup(s.pid());
     wait_reloads(admin, "ok", 2).await;
     let stop_b = Arc::new(AtomicBool::new(false));
-    let load_b = load(broker("token-b", &new), "load-b", stop_b.clone());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let oks_b = Arc::new(AtomicU32::new(0));
+    let load_b = load(broker("token-b", &new), "load-b", stop_b.clone(), oks_b.clone());
+    worked(&oks_b, 3).await;
     stop_a.store(true, Ordering::Relaxed);
     let (ok_a, failed_a) = load_a.await.unwrap();
     assert!(failed_a.is_empty() && ok_a > 0, "load a: {ok_a} ok, failures {failed_a:?}");
