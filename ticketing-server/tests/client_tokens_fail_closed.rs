@@ -19,13 +19,7 @@ fn an_empty_or_blank_tokens_file_is_refused_at_start() {
 }
 
 fn reloads_failed(admin: u16) -> u64 {
-    let metrics = ticketing_testkit::http_get(admin, "/metrics").unwrap_or_default();
-    metrics
-        .lines()
-        .find(|l| l.starts_with("ticketing_reloads_total{result=\"failed\"}"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    ticketing_testkit::metric(admin, "ticketing_reloads_total{result=\"failed\"}").map_or(0, |v| v as u64)
 }
 
 #[tokio::test]

@@ -18,11 +18,7 @@ use ticketing_testkit::Pki;
 use tokio::io::BufReader;
 
 fn reloads(admin: u16) -> u64 {
-    let text = http_get(admin, "/metrics").unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix("ticketing_reloads_total{result=\"ok\"} "))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    ticketing_testkit::metric(admin, "ticketing_reloads_total{result=\"ok\"}").map_or(0, |v| v as u64)
 }
 
 fn write(path: &Path, text: &str) {

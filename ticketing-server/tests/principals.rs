@@ -22,14 +22,8 @@ fn config(orders_tokens: &Path, payments_tokens: &Path, orders_keys: &str) -> st
     ))
 }
 
-fn metric(admin: u16, line_start: &str) -> u64 {
-    let metrics = ticketing_testkit::http_get(admin, "/metrics").unwrap_or_default();
-    metrics
-        .lines()
-        .find(|l| l.starts_with(line_start))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+fn metric(admin: u16, name: &str) -> u64 {
+    ticketing_testkit::metric(admin, name).map_or(0, |v| v as u64)
 }
 
 struct Setup {
