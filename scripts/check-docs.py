@@ -16,7 +16,7 @@ Read: README.md, CONTRIBUTING.md and docs/*.md ("the docs"). Checked:
              in the project's code (not only in the docs).
   metrics    every ticketing_* metric name in the docs is served by /metrics
              (scraped from a started standalone server; the cluster-only
-             ticketing_raft_* metrics come from manager/metrics.rs), and every
+             ticketing_raft_* metrics come from metrics.rs), and every
              served metric is on docs/metrics.md.
   errors     every `E <code>` in the docs is an ErrorCode of ticketing-proto,
              and every code is in docs/protocol.md or docs/cluster-protocol.md.

@@ -14,7 +14,8 @@ use ticketing_proto::frame::decode_server;
 use ticketing_proto::Addr;
 use ticketing_server::config::Limits;
 use ticketing_server::conn::{self, ConnContext};
-use ticketing_server::manager::{self, Metrics};
+use ticketing_server::manager;
+use ticketing_server::metrics::Metrics;
 use ticketing_server::replication::{Replicator, Standalone};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

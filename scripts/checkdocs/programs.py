@@ -141,7 +141,7 @@ def program_checks(server, pages, code):
     # --- metrics -----------------------------------------------------------
     scraped = scrape_metrics(server)
     served = set(re.findall(r"^# TYPE (ticketing_[a-z0-9_]+) (\w+)", scraped, re.M))
-    metrics_rs = open(os.path.join(ROOT, "ticketing-server", "src", "manager", "metrics.rs"), encoding="utf-8").read()
+    metrics_rs = open(os.path.join(ROOT, "ticketing-server", "src", "metrics.rs"), encoding="utf-8").read()
     def cluster_kind(n):
         # A counter is registered through the `counter(&mut registry, "NAME", …)` helper.
         return "counter" if re.search(r'counter\(\s*&mut registry,\s*"' + n + '"', metrics_rs) else "gauge"

@@ -1,6 +1,6 @@
 //! Admin HTTP (`--admin-listen`, docs/deployment.md "Admin HTTP"):
 //! `/healthz` and `/readyz` (docs/deployment.md, "Health"), `/status` (JSON), `/metrics` (OpenMetrics text of the one
-//! registry in `manager::metrics`), `/locks/<key>` (JSON, on the serving
+//! registry in `metrics`), `/locks/<key>` (JSON, on the serving
 //! leader), and the console under `/ui/` (`ui`, docs/operating.md
 //! "Console"), which reads the same endpoints plus its own rates (`series`).
 //! Works in standalone and cluster mode. Bodies are serde structs; each
@@ -14,8 +14,8 @@ pub mod ui;
 pub use accept::{AdminLimits, CONNECTION_TIMEOUT, HEADER_TIMEOUT};
 
 use crate::cluster::{ClusterReplicator, ClusterStatus};
-use crate::manager::metrics::gauge_value;
 use crate::manager::{LockInfo, ManagerHandle};
+use crate::metrics::gauge_value;
 use crate::replication::{AppliedSummary, Replicator};
 use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};

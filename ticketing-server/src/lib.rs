@@ -12,6 +12,7 @@
 //!   which proposes [`locks::Command`]s and answers once they are applied;
 //! - replication behind the [`replication::Replicator`] seam: a standalone
 //!   server (memory or [`durable`]), or a Raft [`cluster`] on openraft;
+//! - the metrics registry ([`metrics`]), fed by the parts' own counters;
 //! - the admin port ([`admin`]: health, status, metrics, backups with
 //!   [`backup`]), TLS ([`tls`], [`gencerts`]) and reloads ([`reload`]);
 //! - the seams a simulation replaces: [`net`], [`clock`], and the wall
@@ -33,6 +34,7 @@ pub mod leader;
 pub mod listener;
 pub mod locks;
 pub mod manager;
+pub mod metrics;
 pub mod mutation;
 pub mod net;
 pub mod preauth;

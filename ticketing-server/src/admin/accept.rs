@@ -9,7 +9,7 @@
 //! connection (no keep-alive), its head within [`HEADER_TIMEOUT`] of the
 //! accept, the whole exchange within [`CONNECTION_TIMEOUT`].
 
-use crate::manager::metrics::LimitMetrics;
+use crate::metrics::LimitMetrics;
 use crate::preauth::{PreAuth, PreAuthPermit};
 use crate::reload::ClientTls;
 use axum::Router;

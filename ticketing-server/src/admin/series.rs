@@ -187,7 +187,7 @@ impl Series {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manager::Metrics;
+    use crate::metrics::Metrics;
 
     #[test]
     fn rates_and_percentiles_from_two_scrapes_of_the_registry() {

@@ -11,7 +11,7 @@ use super::types::{NodeId, NodeInfo, TypeConfig};
 use super::wire::{self, Body, Envelope, HandshakeRefusal, Refusal, TlsFailure, WireError, VERSION};
 use super::Node;
 use crate::durable::journal::JLogId;
-use crate::manager::metrics::LimitMetrics;
+use crate::metrics::LimitMetrics;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};

@@ -6,7 +6,7 @@
 
 use super::*;
 use crate::locks::GrantKind;
-use crate::manager::Metrics;
+use crate::metrics::Metrics;
 use crate::test_fields::{k, o, t0};
 use proptest::prelude::*;
 use std::collections::BTreeMap;

@@ -3,11 +3,12 @@
 //! "The leader's inputs and outputs"): deliveries after every input, then
 //! the batches once per pass, then it sleeps until `poll_timeout`.
 
-use super::metrics::gauge_value;
-use super::{ConnId, Delivery, ManagerRequest, Metrics};
+use super::{ConnId, Delivery, ManagerRequest};
 use crate::config::Limits;
 use crate::leader::{AppliedView, BatchId, Leader};
 use crate::locks::Holder;
+use crate::metrics::gauge_value;
+use crate::metrics::Metrics;
 use crate::replication::{BatchOutcome, Leadership, Proposal, Replicator};
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -16,10 +16,9 @@
 //! a task or a channel round trip.
 
 mod driver;
-pub mod metrics;
 
 pub use crate::leader::{owner_prefix, ConnId, Delivery, HolderInfo, LockInfo, WaiterInfo};
-pub use metrics::Metrics;
+use crate::metrics::Metrics;
 
 use crate::config::Limits;
 use crate::replication::Replicator;
