@@ -290,8 +290,9 @@ fn end_of(e: &Event) -> u64 {
 struct Fault {
     name: &'static str,
     victims: Vec<usize>,
-    /// When each victim comes back (restarts, or its links heal).
-    back: Vec<Duration>,
+    /// When each victim comes back (restarts, or its links heal); `None`
+    /// once it has.
+    back: Vec<Option<Duration>>,
     start: Duration,
     /// Writes lost at its power losses.
     lost: u64,
@@ -304,8 +305,8 @@ struct Fault {
 /// In durable mode half of the crashes and power losses wait (up to 2 s)
 /// for a step in which a client hears of a grant while a victim's disk
 /// holds writes not yet fsynced: the moment a lost write would be a lost
-/// grant, if anything answered before its fsync. The victims of a power loss come back one
-/// by one, each after its own time.
+/// grant, if anything answered before its fsync. The victims of a power
+/// loss come back one by one, each after its own time.
 fn faults(
     sim: &mut turmoil::Sim<'_>,
     plan: &Plan,
@@ -337,10 +338,10 @@ fn faults(
         };
         if let Some(f) = &mut current {
             for (k, &v) in f.victims.iter().enumerate() {
-                if f.back[k] > now || f.back[k] == Duration::ZERO {
+                if f.back[k].is_none_or(|at| at > now) {
                     continue;
                 }
-                f.back[k] = Duration::ZERO;
+                f.back[k] = None;
                 match f.name {
                     "partition" => {
                         for j in (0..plan.nodes).filter(|&j| j != v) {
@@ -350,7 +351,7 @@ fn faults(
                     _ => sim.bounce(host(v)),
                 }
             }
-            if f.back.iter().all(|b| *b == Duration::ZERO) {
+            if f.back.iter().all(Option::is_none) {
                 let nodes: Vec<String> = f.victims.iter().map(|v| v.to_string()).collect();
                 let what = if nodes.len() == 1 { "node" } else { "nodes" };
                 let mut line = format!(
@@ -427,7 +428,7 @@ fn faults(
                         }
                     }
                 }
-                let back = holds.iter().map(|h| now + *h).collect();
+                let back = holds.iter().map(|h| Some(now + *h)).collect();
                 current = Some(Fault { name, victims, back, start: now, lost });
             }
         }
