@@ -70,7 +70,9 @@ impl fmt::Display for ParamError {
             ParamError::NotFinite { name, value } => {
                 write!(f, "{name} must be a finite number of seconds, got {value}")
             }
-            ParamError::Negative { name, value } => write!(f, "{name} must not be negative, got {value}"),
+            ParamError::Negative { name, value } => {
+                write!(f, "{name} must not be a negative number of seconds, got {value}")
+            }
             ParamError::OutOfRange { name, value, min, max } => {
                 write!(f, "{name} must be within {min}..={max} seconds (rounded up), got {value}")
             }
