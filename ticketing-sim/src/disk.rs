@@ -253,7 +253,7 @@ impl SimLog {
 }
 
 impl LogStore for SimLog {
-    fn view(&self) -> LogView {
+    fn log_state(&self) -> LogView {
         self.disk.lock().current.view()
     }
     fn append_records(&mut self, records: Vec<(JLogId, Vec<u8>)>) -> io::Result<()> {
@@ -306,10 +306,10 @@ mod tests {
             for i in 4..=6 {
                 log.append([(id(i), vec![i as u8])]).unwrap();
             }
-            assert_eq!(log.view().last, Some(id(6)));
+            assert_eq!(log.log_state().last, Some(id(6)));
             let lost = disk.power_loss();
             let log = disk.open().unwrap();
-            let last = log.view().last.unwrap().1;
+            let last = log.log_state().last.unwrap().1;
             assert!((3..=6).contains(&last), "seed {seed}: last {last}");
             assert_eq!(lost, 6 - last, "seed {seed}");
             assert_eq!(log.read(1, 10).unwrap().len() as u64, last);

@@ -188,17 +188,9 @@ pub struct StateMachine {
 async fn persist(dir: &Arc<DataDir>, meta: &SnapshotMeta<NodeId, NodeInfo>, data: &[u8]) -> StorageResult<()> {
     let sig = meta.signature();
     let json = serde_json::to_value(meta).map_err(|e| StorageIOError::write_snapshot(Some(sig.clone()), &e))?;
-    let (dir, data) = (dir.clone(), data.to_vec());
-    let dir_path = dir.snapshot_path();
-    let saved = if dir.log_store().is_some() {
-        // A simulated disk: no other thread (DataDir::on_log_store).
-        Ok(dir.save_snapshot(&json, &data))
-    } else {
-        tokio::task::spawn_blocking(move || dir.save_snapshot(&json, &data)).await
-    };
-    match saved {
+    match dir.save_snapshot_blocking(json, data.to_vec()).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => crate::durable::fail_stop(&dir_path, &e),
+        Ok(Err(e)) => crate::durable::fail_stop(&dir.snapshot_path(), &e),
         Err(e) => Err(StorageIOError::write_snapshot(Some(sig), &e).into()),
     }
 }

@@ -99,7 +99,7 @@ impl LogView {
 /// queued write.
 pub trait LogStore: Send {
     /// The state, every queued write included.
-    fn view(&self) -> LogView;
+    fn log_state(&self) -> LogView;
     /// Appends entries (ids in increasing order, after the last).
     fn append_records(&mut self, records: Vec<(JLogId, Vec<u8>)>) -> io::Result<()>;
     /// Removes the entries from `index` on.
@@ -117,11 +117,6 @@ pub trait LogStore: Send {
 }
 
 impl dyn LogStore {
-    /// The state, every queued write included (as `raft-log` names it).
-    pub fn log_state(&self) -> LogView {
-        self.view()
-    }
-
     /// Appends entries (ids in increasing order, after the last).
     pub fn append(&mut self, records: impl IntoIterator<Item = (JLogId, Vec<u8>)>) -> io::Result<()> {
         self.append_records(records.into_iter().collect())
@@ -129,7 +124,7 @@ impl dyn LogStore {
 }
 
 impl LogStore for RaftLog<JournalTypes> {
-    fn view(&self) -> LogView {
+    fn log_state(&self) -> LogView {
         let st = RaftLog::log_state(self);
         LogView {
             last: st.last().copied(),
@@ -265,7 +260,7 @@ impl Journal {
             None => Box::new(Self::open_raft_log(dir)?),
         };
         // Everything found on open is on disk.
-        let durable = Arc::new(watch::Sender::new(log.view().last));
+        let durable = Arc::new(watch::Sender::new(log.log_state().last));
         Ok(Journal { log: Arc::new(Mutex::new(log)), path: Arc::new(dir.log_dir()), durable })
     }
 
@@ -330,7 +325,7 @@ impl Journal {
     /// truncation and its fsync (the entries that replace the cut ones may
     /// have lower ids than those).
     pub fn reset_durable(&self) {
-        let last = self.lock().view().last;
+        let last = self.lock().log_state().last;
         self.durable.send_replace(last);
     }
 

@@ -371,7 +371,7 @@ impl DataDir {
     /// This DIR with its journal on the store `open` opens instead of
     /// `raft-log` in `log/`: a simulation's disk (docs/verification.md,
     /// "Simulation"). Such a DIR also writes its snapshots on the calling
-    /// task, not on a blocking thread: a simulation runs on one thread.
+    /// task ([`DataDir::save_snapshot_blocking`]).
     pub fn on_log_store(mut self, open: OpenLog) -> DataDir {
         self.log = Some(open);
         self
@@ -420,6 +420,22 @@ impl DataDir {
         bytes.push(b'\n');
         bytes.extend_from_slice(data);
         write_atomic(&path, &bytes).map_err(io_err(&path))
+    }
+
+    /// [`DataDir::save_snapshot`] off the async threads, on a blocking
+    /// thread; on the calling task for a DIR given its own log store
+    /// ([`DataDir::on_log_store`]: a simulation has no other thread). The
+    /// outer error: the blocking thread ended without an answer.
+    pub async fn save_snapshot_blocking(
+        self: &std::sync::Arc<Self>,
+        meta: serde_json::Value,
+        data: Vec<u8>,
+    ) -> Result<Result<(), DataDirError>, tokio::task::JoinError> {
+        if self.log.is_some() {
+            return Ok(self.save_snapshot(&meta, &data));
+        }
+        let dir = self.clone();
+        tokio::task::spawn_blocking(move || dir.save_snapshot(&meta, &data)).await
     }
 
     /// The snapshot file.
